@@ -1,0 +1,21 @@
+/* confdefs.h */
+#define PACKAGE_NAME "psm"
+#define PACKAGE_TARNAME "psm"
+#define PACKAGE_VERSION "0.1.0"
+#define PACKAGE_STRING "psm 0.1.0"
+#define PACKAGE_BUGREPORT "https://example.invalid/psm/issues"
+#define PACKAGE_URL ""
+#define PACKAGE "psm"
+#define VERSION "0.1.0"
+#define HAVE_STDIO_H 1
+#define HAVE_STDLIB_H 1
+#define HAVE_STRING_H 1
+#define HAVE_INTTYPES_H 1
+#define HAVE_STDINT_H 1
+#define HAVE_STRINGS_H 1
+#define HAVE_SYS_STAT_H 1
+#define HAVE_SYS_TYPES_H 1
+#define HAVE_UNISTD_H 1
+#define STDC_HEADERS 1
+#define HAVE_DLFCN_H 1
+#define LT_OBJDIR ".libs/"

@@ -1,0 +1,193 @@
+/* gather.c — embedding lookup, row gather, per-row pick, concat, slice,
+ * transpose of the two leading dims.
+ *   embedding:   y[i] = W[id_i];          dW[id_i] += dy[i]   (scatter-add)
+ *   gather_rows: y[i] = x[r_i];           dx[r_i] += dy[i]
+ *   pick:        y[i] = x[i, k_i];        dx[i, k_i] += dy[i]
+ *   concat:      y = [a | b];             da += dy[:, :Ca], db += dy[:, Ca:]
+ *   slice:       y = x[:, s:s+L];         dx[:, s:s+L] += dy
+ *   transpose01: y[j, i] = x[i, j];       dx[i, j] += dy[j, i] */
+#include "config.h"
+#include <math.h>
+#include <string.h>
+#include "psm-private.h"
+
+PsmTensor *
+psm_embedding (PsmGraph *g, PsmTensor *table, const int32_t *ids, int n)
+{
+  int V = table->shape[0], E = psm_tensor_cols (table);
+  PsmTensor *in[1] = { table };
+  int shape[2] = { n, E };
+  PsmTensor *y = psm_op_out (g, 2, shape, 1, in);
+  for (int i = 0; i < n; i++) {
+    int id = ids[i];
+    g_return_val_if_fail (id >= 0 && id < V, NULL);
+    memcpy (y->data + (size_t) i * E, table->data + (size_t) id * E, E * sizeof (float));
+  }
+  PsmNode *nd = psm_graph_record (g, PSM_OP_EMBEDDING, y, 1, in);
+  if (nd)
+    nd->aux[0] = psm_graph_dup (g, ids, n * sizeof (int32_t));
+  return y;
+}
+
+void
+psm_embedding_backward (PsmNode *nd)
+{
+  const int32_t *ids = nd->aux[0];
+  PsmTensor *w = nd->in[0], *y = nd->out;
+  int n = y->shape[0], E = y->shape[1];
+  for (int i = 0; i < n; i++) {
+    float *dw = w->grad + (size_t) ids[i] * E;
+    const float *dy = y->grad + (size_t) i * E;
+    for (int j = 0; j < E; j++)
+      dw[j] += dy[j];
+  }
+}
+
+PsmTensor *
+psm_gather_rows (PsmGraph *g, PsmTensor *x, const int32_t *rows, int n)
+{
+  int R = psm_tensor_rows (x), C = psm_tensor_cols (x);
+  PsmTensor *in[1] = { x };
+  int shape[2] = { n, C };
+  PsmTensor *y = psm_op_out (g, 2, shape, 1, in);
+  for (int i = 0; i < n; i++) {
+    g_return_val_if_fail (rows[i] >= 0 && rows[i] < R, NULL);
+    memcpy (y->data + (size_t) i * C, x->data + (size_t) rows[i] * C, C * sizeof (float));
+  }
+  PsmNode *nd = psm_graph_record (g, PSM_OP_GATHER_ROWS, y, 1, in);
+  if (nd)
+    nd->aux[0] = psm_graph_dup (g, rows, n * sizeof (int32_t));
+  return y;
+}
+
+void
+psm_gather_rows_backward (PsmNode *nd)
+{
+  const int32_t *rows = nd->aux[0];
+  int n = nd->out->shape[0], C = nd->out->shape[1];
+  for (int i = 0; i < n; i++) {
+    float *dx = nd->in[0]->grad + (size_t) rows[i] * C;
+    const float *dy = nd->out->grad + (size_t) i * C;
+    for (int j = 0; j < C; j++)
+      dx[j] += dy[j];
+  }
+}
+
+PsmTensor *
+psm_pick (PsmGraph *g, PsmTensor *x, const int32_t *idx)
+{
+  int R = psm_tensor_rows (x), C = psm_tensor_cols (x);
+  PsmTensor *in[1] = { x };
+  int shape[1] = { R };
+  PsmTensor *y = psm_op_out (g, 1, shape, 1, in);
+  for (int i = 0; i < R; i++) {
+    g_return_val_if_fail (idx[i] < C, NULL);
+    y->data[i] = idx[i] >= 0 ? x->data[(size_t) i * C + idx[i]] : 0.0f;
+  }
+  PsmNode *nd = psm_graph_record (g, PSM_OP_PICK, y, 1, in);
+  if (nd)
+    nd->aux[0] = psm_graph_dup (g, idx, R * sizeof (int32_t));
+  return y;
+}
+
+void
+psm_pick_backward (PsmNode *nd)
+{
+  const int32_t *idx = nd->aux[0];
+  int R = nd->out->shape[0], C = psm_tensor_cols (nd->in[0]);
+  for (int i = 0; i < R; i++)
+    if (idx[i] >= 0)
+      nd->in[0]->grad[(size_t) i * C + idx[i]] += nd->out->grad[i];
+}
+
+PsmTensor *
+psm_concat (PsmGraph *g, PsmTensor *a, PsmTensor *b)
+{
+  int R = psm_tensor_rows (a), Ca = psm_tensor_cols (a), Cb = psm_tensor_cols (b);
+  g_return_val_if_fail (psm_tensor_rows (b) == R, NULL);
+  PsmTensor *in[2] = { a, b };
+  int shape[PSM_MAX_DIMS];
+  memcpy (shape, a->shape, sizeof shape);
+  shape[a->ndim - 1] = Ca + Cb;
+  PsmTensor *y = psm_op_out (g, a->ndim, shape, 2, in);
+  for (int r = 0; r < R; r++) {
+    memcpy (y->data + (size_t) r * (Ca + Cb), a->data + (size_t) r * Ca, Ca * sizeof (float));
+    memcpy (y->data + (size_t) r * (Ca + Cb) + Ca, b->data + (size_t) r * Cb, Cb * sizeof (float));
+  }
+  psm_graph_record (g, PSM_OP_CONCAT, y, 2, in);
+  return y;
+}
+
+void
+psm_concat_backward (PsmNode *nd)
+{
+  PsmTensor *a = nd->in[0], *b = nd->in[1];
+  int R = psm_tensor_rows (a), Ca = psm_tensor_cols (a), Cb = psm_tensor_cols (b);
+  for (int r = 0; r < R; r++) {
+    const float *dy = nd->out->grad + (size_t) r * (Ca + Cb);
+    if (a->grad)
+      for (int j = 0; j < Ca; j++)
+        a->grad[(size_t) r * Ca + j] += dy[j];
+    if (b->grad)
+      for (int j = 0; j < Cb; j++)
+        b->grad[(size_t) r * Cb + j] += dy[Ca + j];
+  }
+}
+
+PsmTensor *
+psm_slice (PsmGraph *g, PsmTensor *x, int start, int len)
+{
+  int R = psm_tensor_rows (x), C = psm_tensor_cols (x);
+  g_return_val_if_fail (start >= 0 && len >= 0 && start + len <= C, NULL);
+  PsmTensor *in[1] = { x };
+  int shape[PSM_MAX_DIMS];
+  memcpy (shape, x->shape, sizeof shape);
+  shape[x->ndim - 1] = len;
+  PsmTensor *y = psm_op_out (g, x->ndim, shape, 1, in);
+  for (int r = 0; r < R; r++)
+    memcpy (y->data + (size_t) r * len, x->data + (size_t) r * C + start, len * sizeof (float));
+  PsmNode *nd = psm_graph_record (g, PSM_OP_SLICE, y, 1, in);
+  if (nd)
+    nd->iarg[0] = start;
+  return y;
+}
+
+void
+psm_slice_backward (PsmNode *nd)
+{
+  PsmTensor *x = nd->in[0];
+  int R = psm_tensor_rows (x), C = psm_tensor_cols (x), len = psm_tensor_cols (nd->out);
+  int start = nd->iarg[0];
+  for (int r = 0; r < R; r++)
+    for (int j = 0; j < len; j++)
+      x->grad[(size_t) r * C + start + j] += nd->out->grad[(size_t) r * len + j];
+}
+
+PsmTensor *
+psm_transpose01 (PsmGraph *g, PsmTensor *x)
+{
+  g_return_val_if_fail (x->ndim == 2 || x->ndim == 3, NULL);
+  int D0 = x->shape[0], D1 = x->shape[1], C = x->ndim == 3 ? x->shape[2] : 1;
+  PsmTensor *in[1] = { x };
+  int shape[3] = { D1, D0, C };
+  PsmTensor *y = psm_op_out (g, x->ndim, shape, 1, in);
+  for (int i = 0; i < D0; i++)
+    for (int j = 0; j < D1; j++)
+      memcpy (y->data + ((size_t) j * D0 + i) * C, x->data + ((size_t) i * D1 + j) * C, C * sizeof (float));
+  psm_graph_record (g, PSM_OP_TRANSPOSE01, y, 1, in);
+  return y;
+}
+
+void
+psm_transpose01_backward (PsmNode *nd)
+{
+  PsmTensor *x = nd->in[0];
+  int D0 = x->shape[0], D1 = x->shape[1], C = x->ndim == 3 ? x->shape[2] : 1;
+  for (int i = 0; i < D0; i++)
+    for (int j = 0; j < D1; j++) {
+      float *dx = x->grad + ((size_t) i * D1 + j) * C;
+      const float *dy = nd->out->grad + ((size_t) j * D0 + i) * C;
+      for (int k = 0; k < C; k++)
+        dx[k] += dy[k];
+    }
+}

@@ -1,0 +1,118 @@
+/* matmul.c — C = op(A) op(B) and y = x W + b, each one cblas_sgemm call.
+ *
+ * Backward of C = A B (row-major):  dA += dC B^T,  dB += A^T dC.
+ * With transposes the same identities give, for C = A^T B:  dA += B dC^T,
+ * dB += A dC;  C = A B^T:  dA += dC B,  dB += dC^T A;  C = A^T B^T:
+ * dA += B^T dC^T,  dB += dC^T A^T.
+ * Linear: y = x W + b;  dx += dy W^T,  dW += x^T dy,  db += sum_rows dy. */
+#include "config.h"
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+#include "psm-private.h"
+
+void
+psm_gemm (gboolean ta, gboolean tb, int M, int N, int K, float alpha,
+          const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)
+{
+  if (M == 0 || N == 0)
+    return;
+  if (K == 0) {
+    if (beta == 0.0f)
+      for (int i = 0; i < M; i++)
+        memset (C + (size_t) i * ldc, 0, N * sizeof (float));
+    return;
+  }
+  cblas_sgemm (CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+               M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+PsmTensor *
+psm_matmul (PsmGraph *g, PsmTensor *a, PsmTensor *b, gboolean ta, gboolean tb)
+{
+  int ra = psm_tensor_rows (a), ca = psm_tensor_cols (a);
+  int rb = psm_tensor_rows (b), cb = psm_tensor_cols (b);
+  int M = ta ? ca : ra, K = ta ? ra : ca;
+  int Kb = tb ? cb : rb, N = tb ? rb : cb;
+  g_return_val_if_fail (K == Kb, NULL);
+  PsmTensor *in[2] = { a, b };
+  int shape[PSM_MAX_DIMS], nd = 2;
+  if (!ta && a->ndim > 2) {
+    nd = a->ndim;
+    memcpy (shape, a->shape, sizeof shape);
+    shape[nd - 1] = N;
+  } else {
+    shape[0] = M;
+    shape[1] = N;
+  }
+  PsmTensor *c = psm_op_out (g, nd, shape, 2, in);
+  psm_gemm (ta, tb, M, N, K, 1.0f, a->data, ca, b->data, cb, 0.0f, c->data, N);
+  PsmNode *n = psm_graph_record (g, PSM_OP_MATMUL, c, 2, in);
+  if (n) {
+    n->iarg[0] = ta;
+    n->iarg[1] = tb;
+  }
+  return c;
+}
+
+void
+psm_matmul_backward (PsmNode *n)
+{
+  PsmTensor *a = n->in[0], *b = n->in[1], *c = n->out;
+  gboolean ta = n->iarg[0], tb = n->iarg[1];
+  int ca = psm_tensor_cols (a), cb = psm_tensor_cols (b);
+  int M = psm_tensor_rows (c), N = psm_tensor_cols (c);
+  int K = ta ? psm_tensor_rows (a) : ca;
+  if (a->grad) {
+    if (!ta)       /* dA[M,K] += dC[M,N] op(B)^T */
+      psm_gemm (FALSE, !tb, M, K, N, 1.0f, c->grad, N, b->data, cb, 1.0f, a->grad, ca);
+    else           /* dA[K,M] += op(B)[K,N] dC^T */
+      psm_gemm (tb, TRUE, K, M, N, 1.0f, b->data, cb, c->grad, N, 1.0f, a->grad, ca);
+  }
+  if (b->grad) {
+    if (!tb)       /* dB[K,N] += op(A)^T dC */
+      psm_gemm (!ta, FALSE, K, N, M, 1.0f, a->data, ca, c->grad, N, 1.0f, b->grad, cb);
+    else           /* dB[N,K] += dC^T op(A) */
+      psm_gemm (TRUE, ta, N, K, M, 1.0f, c->grad, N, a->data, ca, 1.0f, b->grad, cb);
+  }
+}
+
+PsmTensor *
+psm_linear (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b)
+{
+  int R = psm_tensor_rows (x), K = psm_tensor_cols (x);
+  g_return_val_if_fail (w->ndim == 2 && w->shape[0] == K, NULL);
+  int N = w->shape[1];
+  g_return_val_if_fail (!b || (int) b->n == N, NULL);
+  PsmTensor *in[3] = { x, w, b };
+  int shape[PSM_MAX_DIMS];
+  memcpy (shape, x->shape, sizeof shape);
+  shape[x->ndim - 1] = N;
+  PsmTensor *y = psm_op_out (g, x->ndim, shape, 3, in);
+  float beta = 0.0f;
+  if (b) {
+    for (int r = 0; r < R; r++)
+      memcpy (y->data + (size_t) r * N, b->data, N * sizeof (float));
+    beta = 1.0f;
+  }
+  psm_gemm (FALSE, FALSE, R, N, K, 1.0f, x->data, K, w->data, N, beta, y->data, N);
+  psm_graph_record (g, PSM_OP_LINEAR, y, 3, in);
+  return y;
+}
+
+void
+psm_linear_backward (PsmNode *n)
+{
+  PsmTensor *x = n->in[0], *w = n->in[1], *b = n->in[2], *y = n->out;
+  int R = psm_tensor_rows (x), K = psm_tensor_cols (x), N = w->shape[1];
+  if (x->grad)
+    psm_gemm (FALSE, TRUE, R, K, N, 1.0f, y->grad, N, w->data, N, 1.0f, x->grad, K);
+  if (w->grad)
+    psm_gemm (TRUE, FALSE, K, N, R, 1.0f, x->data, K, y->grad, N, 1.0f, w->grad, N);
+  if (b && b->grad)
+    for (int r = 0; r < R; r++) {
+      const float *dy = y->grad + (size_t) r * N;
+      for (int j = 0; j < N; j++)
+        b->grad[j] += dy[j];
+    }
+}

@@ -1,0 +1,93 @@
+/* softmax.c — softmax and log-softmax over the last dim, optionally masked.
+ *   y_i = e^{x_i - m} / sum_j e^{x_j - m}   (m = max over kept entries)
+ *   softmax backward:      dx_i += y_i (dy_i - sum_j dy_j y_j)
+ *   log-softmax:           y_i = x_i - m - log sum_j e^{x_j - m}
+ *   log-softmax backward:  dx_i += dy_i - e^{y_i} sum_j dy_j
+ * Masked entries (mask 0) get probability 0 (log: -inf) and no gradient. */
+#include "config.h"
+#include <math.h>
+#include <string.h>
+#include "psm-private.h"
+
+static void
+softmax_row (const float *x, const float *mask, float *y, int C, gboolean logspace)
+{
+  float m = -INFINITY;
+  for (int j = 0; j < C; j++)
+    if ((!mask || mask[j] != 0.0f) && x[j] > m)
+      m = x[j];
+  if (m == -INFINITY) {          /* nothing kept */
+    for (int j = 0; j < C; j++)
+      y[j] = logspace ? -INFINITY : 0.0f;
+    return;
+  }
+  double s = 0.0;
+  for (int j = 0; j < C; j++)
+    if (!mask || mask[j] != 0.0f)
+      s += expf (x[j] - m);
+  if (logspace) {
+    float ls = (float) log (s);
+    for (int j = 0; j < C; j++)
+      y[j] = (!mask || mask[j] != 0.0f) ? x[j] - m - ls : -INFINITY;
+  } else {
+    float inv = (float) (1.0 / s);
+    for (int j = 0; j < C; j++)
+      y[j] = (!mask || mask[j] != 0.0f) ? expf (x[j] - m) * inv : 0.0f;
+  }
+}
+
+static PsmTensor *
+softmax_op (PsmGraph *g, PsmTensor *x, const float *mask, gboolean logspace)
+{
+  PsmTensor *in[1] = { x };
+  PsmTensor *y = psm_op_out (g, x->ndim, x->shape, 1, in);
+  int R = psm_tensor_rows (x), C = psm_tensor_cols (x);
+  for (int r = 0; r < R; r++)
+    softmax_row (x->data + (size_t) r * C, mask ? mask + (size_t) r * C : NULL,
+                 y->data + (size_t) r * C, C, logspace);
+  PsmNode *n = psm_graph_record (g, logspace ? PSM_OP_LOG_SOFTMAX : PSM_OP_SOFTMAX, y, 1, in);
+  if (n && mask)
+    n->aux[0] = psm_graph_dup (g, mask, x->n * sizeof (float));
+  return y;
+}
+
+PsmTensor *psm_softmax (PsmGraph *g, PsmTensor *x) { return softmax_op (g, x, NULL, FALSE); }
+PsmTensor *psm_log_softmax (PsmGraph *g, PsmTensor *x) { return softmax_op (g, x, NULL, TRUE); }
+PsmTensor *psm_masked_softmax (PsmGraph *g, PsmTensor *x, const float *mask) { return softmax_op (g, x, mask, FALSE); }
+PsmTensor *psm_masked_log_softmax (PsmGraph *g, PsmTensor *x, const float *mask) { return softmax_op (g, x, mask, TRUE); }
+
+void
+psm_softmax_backward (PsmNode *n)
+{
+  PsmTensor *x = n->in[0], *y = n->out;
+  int R = psm_tensor_rows (x), C = psm_tensor_cols (x);
+  for (int r = 0; r < R; r++) {
+    const float *yr = y->data + (size_t) r * C, *dy = y->grad + (size_t) r * C;
+    float *dx = x->grad + (size_t) r * C;
+    double dot = 0.0;
+    for (int j = 0; j < C; j++)
+      dot += (double) dy[j] * yr[j];
+    for (int j = 0; j < C; j++)
+      dx[j] += yr[j] * (dy[j] - (float) dot);
+  }
+}
+
+void
+psm_log_softmax_backward (PsmNode *n)
+{
+  PsmTensor *x = n->in[0], *y = n->out;
+  const float *mask = n->aux[0];
+  int R = psm_tensor_rows (x), C = psm_tensor_cols (x);
+  for (int r = 0; r < R; r++) {
+    const float *yr = y->data + (size_t) r * C, *dy = y->grad + (size_t) r * C;
+    const float *mr = mask ? mask + (size_t) r * C : NULL;
+    float *dx = x->grad + (size_t) r * C;
+    double s = 0.0;
+    for (int j = 0; j < C; j++)
+      if (!mr || mr[j] != 0.0f)
+        s += dy[j];
+    for (int j = 0; j < C; j++)
+      if (!mr || mr[j] != 0.0f)
+        dx[j] += dy[j] - expf (yr[j]) * (float) s;
+  }
+}

@@ -1,0 +1,27 @@
+/* psm-config-private.h — section internals shared by the pipeline reader. */
+#ifndef PSM_CONFIG_PRIVATE_H
+#define PSM_CONFIG_PRIVATE_H
+#include <libconfig.h>
+#include "psm/psm-config.h"
+
+struct PsmSection {
+  const PsmParamSpec *spec;
+  config_setting_t *setting;   /* the group; NULL when absent (all defaults) */
+  char *path;                  /* "model.head" */
+  char *file;                  /* pipeline file, for messages */
+  char *where;                 /* buffer for psm_section_where */
+};
+
+PsmSection *psm_section_new (const PsmParamSpec *spec, config_setting_t *setting,
+                             const char *path, const char *file);
+void psm_section_free (PsmSection *s);
+/* "FILE:LINE: path" for a setting (or "--set path" for one made by --set). */
+char *psm_setting_where (const char *file, config_setting_t *s, const char *path);
+/* Validates the keys of group against spec; appends messages to errors.
+ * extra: keys handled elsewhere (NULL-terminated) that are allowed. */
+void psm_validate_group (const char *file, config_setting_t *group, const char *path,
+                         const PsmParamSpec *spec, const char *const *extra, GPtrArray *errors);
+/* Applies "a.b.c=value" to cfg; FALSE with error on a malformed override. */
+gboolean psm_config_apply_set (config_t *cfg, const char *assignment, GError **error);
+const char *psm_param_type_name (PsmParamType t);
+#endif

@@ -1,0 +1,296 @@
+/* psm-graph.c — arena, tensors and the reverse-mode tape. */
+#include "config.h"
+#include <math.h>
+#include <string.h>
+#include <stdlib.h>
+#include "psm-private.h"
+
+/* ---------- arena ---------- */
+
+typedef struct Block {
+  struct Block *next;
+  size_t size, used;
+  char *mem;
+} Block;
+
+struct PsmArena {
+  Block *head;     /* current block first */
+  size_t total;    /* sum of block sizes */
+};
+
+static Block *
+block_new (size_t size)
+{
+  Block *b = g_new0 (Block, 1);
+  b->size = size;
+  if (posix_memalign ((void **) &b->mem, 64, size) != 0)
+    g_error ("psm: out of memory allocating a %zu-byte arena block", size);
+  return b;
+}
+
+PsmArena *
+psm_arena_new (size_t initial_bytes)
+{
+  PsmArena *a = g_new0 (PsmArena, 1);
+  a->head = block_new (MAX (initial_bytes, 1 << 16));
+  a->total = a->head->size;
+  return a;
+}
+
+void *
+psm_arena_alloc (PsmArena *a, size_t bytes)
+{
+  bytes = (bytes + 63) & ~(size_t) 63;
+  if (a->head->used + bytes > a->head->size) {
+    Block *b = block_new (MAX (bytes, a->head->size * 2));
+    b->next = a->head;
+    a->head = b;
+    a->total += b->size;
+  }
+  void *p = a->head->mem + a->head->used;
+  a->head->used += bytes;
+  return p;
+}
+
+void *
+psm_arena_alloc0 (PsmArena *a, size_t bytes)
+{
+  void *p = psm_arena_alloc (a, bytes);
+  memset (p, 0, bytes);
+  return p;
+}
+
+size_t
+psm_arena_used (const PsmArena *a)
+{
+  size_t u = 0;
+  for (Block *b = a->head; b; b = b->next)
+    u += b->used;
+  return u;
+}
+
+void
+psm_arena_reset (PsmArena *a)
+{
+  if (a->head->next) {
+    /* Several blocks: replace them by one that holds everything, so the
+     * next step of the same size needs no allocation. */
+    size_t total = a->total;
+    for (Block *b = a->head; b;) {
+      Block *n = b->next;
+      free (b->mem);
+      g_free (b);
+      b = n;
+    }
+    a->head = block_new (total);
+    a->total = total;
+  }
+  a->head->used = 0;
+}
+
+void
+psm_arena_free (PsmArena *a)
+{
+  if (!a)
+    return;
+  for (Block *b = a->head; b;) {
+    Block *n = b->next;
+    free (b->mem);
+    g_free (b);
+    b = n;
+  }
+  g_free (a);
+}
+
+/* ---------- graph ---------- */
+
+struct PsmGraph {
+  PsmArena *arena;
+  PsmNode **nodes;
+  size_t n_nodes, cap_nodes;
+  gboolean grad;
+};
+
+PsmGraph *
+psm_graph_new (void)
+{
+  PsmGraph *g = g_new0 (PsmGraph, 1);
+  g->arena = psm_arena_new (1 << 20);
+  g->grad = TRUE;
+  return g;
+}
+
+void
+psm_graph_free (PsmGraph *g)
+{
+  if (!g)
+    return;
+  psm_arena_free (g->arena);
+  g_free (g->nodes);
+  g_free (g);
+}
+
+void
+psm_graph_reset (PsmGraph *g)
+{
+  psm_arena_reset (g->arena);
+  g->n_nodes = 0;
+}
+
+void psm_graph_set_grad (PsmGraph *g, gboolean enabled) { g->grad = enabled; }
+gboolean psm_graph_grad_enabled (const PsmGraph *g) { return g->grad; }
+PsmArena *psm_graph_arena (PsmGraph *g) { return g->arena; }
+size_t psm_graph_n_nodes (const PsmGraph *g) { return g->n_nodes; }
+void *psm_graph_alloc (PsmGraph *g, size_t bytes) { return psm_arena_alloc (g->arena, bytes); }
+
+void *
+psm_graph_dup (PsmGraph *g, const void *src, size_t bytes)
+{
+  if (!src)
+    return NULL;
+  void *p = psm_arena_alloc (g->arena, bytes);
+  memcpy (p, src, bytes);
+  return p;
+}
+
+static size_t
+shape_n (int ndim, const int *shape)
+{
+  size_t n = 1;
+  for (int i = 0; i < ndim; i++)
+    n *= (size_t) shape[i];
+  return n;
+}
+
+static PsmTensor *
+tensor_header (PsmGraph *g, int ndim, const int *shape)
+{
+  g_return_val_if_fail (ndim >= 0 && ndim <= PSM_MAX_DIMS, NULL);
+  PsmTensor *t = psm_arena_alloc (g->arena, sizeof *t);
+  memset (t, 0, sizeof *t);
+  t->ndim = ndim;
+  for (int i = 0; i < ndim; i++)
+    t->shape[i] = shape[i];
+  t->n = shape_n (ndim, shape);
+  return t;
+}
+
+PsmTensor *
+psm_tensor_new (PsmGraph *g, int ndim, const int *shape, gboolean requires_grad)
+{
+  PsmTensor *t = tensor_header (g, ndim, shape);
+  t->data = psm_arena_alloc (g->arena, MAX (t->n, 1) * sizeof (float));
+  if (requires_grad && g->grad)
+    t->grad = psm_arena_alloc0 (g->arena, MAX (t->n, 1) * sizeof (float));
+  return t;
+}
+
+PsmTensor *
+psm_tensor_zeros (PsmGraph *g, int ndim, const int *shape, gboolean requires_grad)
+{
+  PsmTensor *t = psm_tensor_new (g, ndim, shape, requires_grad);
+  memset (t->data, 0, t->n * sizeof (float));
+  return t;
+}
+
+PsmTensor *
+psm_tensor_2d (PsmGraph *g, int d0, int d1, gboolean requires_grad)
+{
+  int s[2] = { d0, d1 };
+  return psm_tensor_new (g, 2, s, requires_grad);
+}
+
+PsmTensor *
+psm_tensor_wrap (PsmGraph *g, float *data, float *grad, int ndim, const int *shape)
+{
+  PsmTensor *t = tensor_header (g, ndim, shape);
+  t->data = data;
+  t->grad = g->grad ? grad : NULL;
+  return t;
+}
+
+PsmTensor *
+psm_tensor_view (PsmGraph *g, PsmTensor *base, size_t offset, int ndim, const int *shape)
+{
+  PsmTensor *t = tensor_header (g, ndim, shape);
+  g_return_val_if_fail (offset + t->n <= base->n, NULL);
+  t->data = base->data + offset;
+  t->grad = base->grad ? base->grad + offset : NULL;
+  return t;
+}
+
+PsmTensor *
+psm_tensor_step (PsmGraph *g, PsmTensor *seq, int t)
+{
+  g_return_val_if_fail (seq->ndim >= 2 && t >= 0 && t < seq->shape[0], NULL);
+  size_t stride = seq->n / seq->shape[0];
+  return psm_tensor_view (g, seq, (size_t) t * stride, seq->ndim - 1, seq->shape + 1);
+}
+
+PsmTensor *
+psm_tensor_reshape (PsmGraph *g, PsmTensor *x, int ndim, const int *shape)
+{
+  g_return_val_if_fail (shape_n (ndim, shape) == x->n, NULL);
+  return psm_tensor_view (g, x, 0, ndim, shape);
+}
+
+int
+psm_tensor_cols (const PsmTensor *t)
+{
+  return t->ndim ? t->shape[t->ndim - 1] : 1;
+}
+
+int
+psm_tensor_rows (const PsmTensor *t)
+{
+  int c = psm_tensor_cols (t);
+  return c ? (int) (t->n / c) : 0;
+}
+
+gboolean
+psm_needs_grad (PsmGraph *g, int n_in, PsmTensor *const *in)
+{
+  if (!g->grad)
+    return FALSE;
+  for (int i = 0; i < n_in; i++)
+    if (in[i] && in[i]->grad)
+      return TRUE;
+  return FALSE;
+}
+
+PsmTensor *
+psm_op_out (PsmGraph *g, int ndim, const int *shape, int n_in, PsmTensor *const *in)
+{
+  return psm_tensor_new (g, ndim, shape, psm_needs_grad (g, n_in, in));
+}
+
+PsmNode *
+psm_graph_record (PsmGraph *g, PsmOpKind op, PsmTensor *out, int n_in, PsmTensor *const *in)
+{
+  if (!out->grad)
+    return NULL;
+  if (g->n_nodes == g->cap_nodes) {
+    g->cap_nodes = MAX (256, g->cap_nodes * 2);
+    g->nodes = g_renew (PsmNode *, g->nodes, g->cap_nodes);
+  }
+  PsmNode *nd = psm_arena_alloc0 (g->arena, sizeof *nd);
+  nd->op = op;
+  nd->out = out;
+  for (int i = 0; i < n_in && i < PSM_NODE_MAX_IN; i++)
+    nd->in[i] = in[i];
+  g->nodes[g->n_nodes++] = nd;
+  return nd;
+}
+
+void
+psm_backward (PsmGraph *g, PsmTensor *loss)
+{
+  g_return_if_fail (loss && loss->n == 1);
+  if (!loss->grad)
+    return;
+  loss->grad[0] += 1.0f;
+  for (size_t i = g->n_nodes; i-- > 0;) {
+    PsmNode *nd = g->nodes[i];
+    psm_op_table[nd->op].backward (nd);
+  }
+}

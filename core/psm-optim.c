@@ -1,0 +1,106 @@
+/* psm-optim.c — flat-loop optimisers over the one parameter buffer.
+ *   sgd:      w -= lr_t g;  lr_t = lr / 2^k, k = number of halvings so far
+ *   adam:     m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+ *             w -= lr sqrt(1-b2^t)/(1-b1^t) m / (sqrt v + eps)
+ *   adagrad:  a += g^2 (a starts at init_accum);  w -= lr g / (sqrt a + eps)
+ *   adadelta: a = rho a + (1-rho) g^2;  d = sqrt(u + eps)/sqrt(a + eps) g;
+ *             u = rho u + (1-rho) d^2;  w -= lr d */
+#include "config.h"
+#include <math.h>
+#include <string.h>
+#include <stdlib.h>
+#include "psm-private.h"
+
+struct PsmOptim {
+  PsmOptConfig cfg;
+  PsmParams *p;
+  int n_state;
+  float *state[2];
+};
+
+static const char *const opt_names[] = { "sgd", "adam", "adagrad", "adadelta" };
+
+PsmOptim *
+psm_optim_new (const PsmOptConfig *cfg, PsmParams *p)
+{
+  PsmOptim *o = g_new0 (PsmOptim, 1);
+  o->cfg = *cfg;
+  o->p = p;
+  o->n_state = cfg->kind == PSM_OPT_SGD ? 0 : cfg->kind == PSM_OPT_ADAGRAD ? 1 : 2;
+  size_t n = psm_params_size (p);
+  for (int s = 0; s < o->n_state; s++)
+    o->state[s] = g_new0 (float, MAX (n, 1));
+  if (cfg->kind == PSM_OPT_ADAGRAD)
+    for (size_t i = 0; i < n; i++)
+      o->state[0][i] = (float) cfg->init_accum;
+  return o;
+}
+
+void
+psm_optim_free (PsmOptim *o)
+{
+  if (!o)
+    return;
+  for (int s = 0; s < o->n_state; s++)
+    g_free (o->state[s]);
+  g_free (o);
+}
+
+const char *psm_optim_name (const PsmOptim *o) { return opt_names[o->cfg.kind]; }
+int psm_optim_n_state (const PsmOptim *o) { return o->n_state; }
+float *psm_optim_state (PsmOptim *o, int slot) { return slot < o->n_state ? o->state[slot] : NULL; }
+
+double
+psm_optim_lr (const PsmOptim *o, long step)
+{
+  const PsmOptConfig *c = &o->cfg;
+  if (c->kind == PSM_OPT_SGD && c->halve_every > 0 && step >= c->halve_start)
+    return c->lr * pow (0.5, (double) ((step - c->halve_start) / c->halve_every + 1));
+  return c->lr;
+}
+
+void
+psm_optim_step (PsmOptim *o, long step)
+{
+  const PsmOptConfig *c = &o->cfg;
+  size_t n = psm_params_size (o->p);
+  float *w = psm_params_data (o->p), *g = psm_params_grad (o->p);
+  float lr = (float) psm_optim_lr (o, step);
+  switch (c->kind) {
+  case PSM_OPT_SGD:
+    for (size_t i = 0; i < n; i++)
+      w[i] -= lr * g[i];
+    break;
+  case PSM_OPT_ADAM: {
+    float b1 = (float) c->beta1, b2 = (float) c->beta2, eps = (float) c->eps;
+    double t = (double) step + 1;
+    float a = (float) (c->lr * sqrt (1.0 - pow (c->beta2, t)) / (1.0 - pow (c->beta1, t)));
+    float *m = o->state[0], *v = o->state[1];
+    for (size_t i = 0; i < n; i++) {
+      m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+      v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+      w[i] -= a * m[i] / (sqrtf (v[i]) + eps);
+    }
+    break;
+  }
+  case PSM_OPT_ADAGRAD: {
+    float *acc = o->state[0], eps = (float) c->eps;
+    for (size_t i = 0; i < n; i++) {
+      acc[i] += g[i] * g[i];
+      w[i] -= lr * g[i] / (sqrtf (acc[i]) + eps);
+    }
+    break;
+  }
+  case PSM_OPT_ADADELTA: {
+    float rho = (float) c->rho, eps = (float) c->eps;
+    float *acc = o->state[0], *upd = o->state[1];
+    for (size_t i = 0; i < n; i++) {
+      acc[i] = rho * acc[i] + (1.0f - rho) * g[i] * g[i];
+      float d = sqrtf (upd[i] + eps) / sqrtf (acc[i] + eps) * g[i];
+      upd[i] = rho * upd[i] + (1.0f - rho) * d * d;
+      w[i] -= lr * d;
+    }
+    break;
+  }
+  }
+}

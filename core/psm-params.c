@@ -1,0 +1,224 @@
+/* psm-params.c — one buffer for all parameters; gradients at the same offsets. */
+#include "config.h"
+#include <math.h>
+#include <string.h>
+#include <stdlib.h>
+#include "psm-private.h"
+
+typedef struct {
+  char *name;
+  int ndim;
+  int shape[PSM_MAX_DIMS];
+  size_t n, offset;
+  PsmInit init;
+  float scale;
+} ParamInfo;
+
+struct PsmParams {
+  GArray *info;      /* ParamInfo */
+  GHashTable *by_name;
+  size_t total;
+  float *data, *grad;
+  gboolean final;
+};
+
+PsmParams *
+psm_params_new (void)
+{
+  PsmParams *p = g_new0 (PsmParams, 1);
+  p->info = g_array_new (FALSE, TRUE, sizeof (ParamInfo));
+  p->by_name = g_hash_table_new (g_str_hash, g_str_equal);
+  return p;
+}
+
+void
+psm_params_free (PsmParams *p)
+{
+  if (!p)
+    return;
+  for (guint i = 0; i < p->info->len; i++)
+    g_free (g_array_index (p->info, ParamInfo, i).name);
+  g_array_free (p->info, TRUE);
+  g_hash_table_destroy (p->by_name);
+  free (p->data);
+  free (p->grad);
+  g_free (p);
+}
+
+int
+psm_params_add (PsmParams *p, const char *name, int ndim, const int *shape, PsmInit init, float scale)
+{
+  g_return_val_if_fail (!p->final, -1);
+  g_return_val_if_fail (!g_hash_table_contains (p->by_name, name), -1);
+  g_return_val_if_fail (ndim >= 1 && ndim <= PSM_MAX_DIMS, -1);
+  ParamInfo pi = { 0 };
+  pi.name = g_strdup (name);
+  pi.ndim = ndim;
+  pi.n = 1;
+  for (int i = 0; i < ndim; i++) {
+    pi.shape[i] = shape[i];
+    pi.n *= shape[i];
+  }
+  /* Keep every parameter 64-byte aligned (16 floats). */
+  pi.offset = p->total;
+  p->total += (pi.n + 15) & ~(size_t) 15;
+  pi.init = init;
+  pi.scale = scale;
+  g_array_append_val (p->info, pi);
+  int id = (int) p->info->len - 1;
+  g_hash_table_insert (p->by_name, g_array_index (p->info, ParamInfo, id).name, GINT_TO_POINTER (id + 1));
+  return id;
+}
+
+/* Orthogonal [H, H] block by Gram-Schmidt on Gaussian columns. */
+static void
+orthogonal_block (float *w, int rows, int cols, int ld, int col0, PsmRng *rng)
+{
+  int n = MIN (rows, cols);
+  double *q = g_new (double, (size_t) rows * n);
+  for (int j = 0; j < n; j++) {
+    double *v = q + (size_t) j * rows;
+    for (int i = 0; i < rows; i++)
+      v[i] = psm_rng_normal (rng);
+    for (int k = 0; k < j; k++) {
+      double *u = q + (size_t) k * rows, d = 0;
+      for (int i = 0; i < rows; i++)
+        d += u[i] * v[i];
+      for (int i = 0; i < rows; i++)
+        v[i] -= d * u[i];
+    }
+    double nrm = 0;
+    for (int i = 0; i < rows; i++)
+      nrm += v[i] * v[i];
+    nrm = sqrt (nrm) + 1e-12;
+    for (int i = 0; i < rows; i++)
+      v[i] /= nrm;
+  }
+  for (int i = 0; i < rows; i++)
+    for (int j = 0; j < cols; j++)
+      w[(size_t) i * ld + col0 + j] = j < n ? (float) q[(size_t) j * rows + i] : 0.0f;
+  g_free (q);
+}
+
+void
+psm_params_finalize (PsmParams *p, PsmRng *rng)
+{
+  g_return_if_fail (!p->final);
+  size_t bytes = MAX (p->total, 16) * sizeof (float);
+  if (posix_memalign ((void **) &p->data, 64, bytes) || posix_memalign ((void **) &p->grad, 64, bytes))
+    g_error ("psm: out of memory allocating %zu parameters", p->total);
+  memset (p->data, 0, bytes);
+  memset (p->grad, 0, bytes);
+  for (guint k = 0; k < p->info->len; k++) {
+    ParamInfo *pi = &g_array_index (p->info, ParamInfo, k);
+    float *w = p->data + pi->offset;
+    int rows = pi->ndim >= 2 ? (int) (pi->n / pi->shape[pi->ndim - 1]) : 1;
+    int cols = pi->shape[pi->ndim - 1];
+    switch (pi->init) {
+    case PSM_INIT_ZEROS:
+      break;
+    case PSM_INIT_CONST:
+      for (size_t i = 0; i < pi->n; i++)
+        w[i] = pi->scale;
+      break;
+    case PSM_INIT_UNIFORM:
+      for (size_t i = 0; i < pi->n; i++)
+        w[i] = (float) ((2.0 * psm_rng_uniform (rng) - 1.0) * pi->scale);
+      break;
+    case PSM_INIT_NORMAL:
+      for (size_t i = 0; i < pi->n; i++)
+        w[i] = (float) (psm_rng_normal (rng) * pi->scale);
+      break;
+    case PSM_INIT_XAVIER: {
+      double a = sqrt (6.0 / (rows + cols));
+      for (size_t i = 0; i < pi->n; i++)
+        w[i] = (float) ((2.0 * psm_rng_uniform (rng) - 1.0) * a);
+      break;
+    }
+    case PSM_INIT_ORTHOGONAL:
+      for (int c0 = 0; c0 < cols; c0 += rows)
+        orthogonal_block (w, rows, MIN (rows, cols - c0), cols, c0, rng);
+      break;
+    }
+  }
+  p->final = TRUE;
+}
+
+PsmTensor *
+psm_param (PsmGraph *g, PsmParams *p, int id)
+{
+  g_return_val_if_fail (p->final && id >= 0 && id < (int) p->info->len, NULL);
+  ParamInfo *pi = &g_array_index (p->info, ParamInfo, id);
+  return psm_tensor_wrap (g, p->data + pi->offset, p->grad + pi->offset, pi->ndim, pi->shape);
+}
+
+int psm_params_count (const PsmParams *p) { return (int) p->info->len; }
+size_t psm_params_size (const PsmParams *p) { return p->total; }
+float *psm_params_data (PsmParams *p) { return p->data; }
+float *psm_params_grad (PsmParams *p) { return p->grad; }
+
+const char *
+psm_params_name (const PsmParams *p, int id)
+{
+  return g_array_index (p->info, ParamInfo, id).name;
+}
+
+int
+psm_params_find (const PsmParams *p, const char *name)
+{
+  return GPOINTER_TO_INT (g_hash_table_lookup (p->by_name, name)) - 1;
+}
+
+void
+psm_params_shape (const PsmParams *p, int id, int *ndim, int *shape)
+{
+  const ParamInfo *pi = &g_array_index (p->info, ParamInfo, id);
+  *ndim = pi->ndim;
+  memcpy (shape, pi->shape, sizeof pi->shape);
+}
+
+size_t
+psm_params_offset (const PsmParams *p, int id)
+{
+  return g_array_index (p->info, ParamInfo, id).offset;
+}
+
+void
+psm_params_zero_grad (PsmParams *p)
+{
+  memset (p->grad, 0, p->total * sizeof (float));
+}
+
+double
+psm_params_clip (PsmParams *p, double max_norm)
+{
+  double s = 0.0;
+  for (size_t i = 0; i < p->total; i++)
+    s += (double) p->grad[i] * p->grad[i];
+  double norm = sqrt (s);
+  if (max_norm > 0 && norm > max_norm) {
+    float k = (float) (max_norm / norm);
+    for (size_t i = 0; i < p->total; i++)
+      p->grad[i] *= k;
+  }
+  return norm;
+}
+
+int
+psm_build_matrix (const PsmBuildCtx *ctx, const char *name, int rows, int cols, PsmInit init, float scale)
+{
+  char *full = g_strconcat (ctx->prefix, name, NULL);
+  int shape[2] = { rows, cols };
+  int id = psm_params_add (ctx->params, full, 2, shape, init, scale);
+  g_free (full);
+  return id;
+}
+
+int
+psm_build_vector (const PsmBuildCtx *ctx, const char *name, int n, PsmInit init, float scale)
+{
+  char *full = g_strconcat (ctx->prefix, name, NULL);
+  int id = psm_params_add (ctx->params, full, 1, &n, init, scale);
+  g_free (full);
+  return id;
+}

@@ -1,0 +1,377 @@
+/* psm-pipeline.c — reads a pipeline file, applies --set, resolves plugins
+ * and validates every section against its declared table, reporting every
+ * problem at once as FILE:LINE: key.path: what is wrong (expected). */
+#include "config.h"
+#include <string.h>
+#include "psm-config-private.h"
+#include "psm-private.h"
+#include "psm/psm-pipeline.h"
+
+static const PsmParamSpec embedding_spec[] = {
+  { "dim", PSM_PARAM_INT, "128", 1, 65536, "token embedding size", NULL },
+  { "init_scale", PSM_PARAM_FLOAT, "0.1", 0, 10, "embeddings start U(-s, s)", NULL },
+  PSM_PARAM_END
+};
+
+static const PsmParamSpec train_spec[] = {
+  { "batch", PSM_PARAM_INT, "32", 1, 100000, "examples per training step", NULL },
+  { "steps", PSM_PARAM_INT, "1000", 0, 1e9, "training steps (updates)", NULL },
+  { "seed", PSM_PARAM_INT, "1", 0, 2147483647, "seed of initialisation and batches", NULL },
+  { "clip_norm", PSM_PARAM_FLOAT, "0", 0, 1e9, "global gradient-norm clip (0 = off)", NULL },
+  { "eval_every", PSM_PARAM_INT, "1000", 1, 1e9, "validate (and checkpoint) every N steps", NULL },
+  { "log_every", PSM_PARAM_INT, "100", 1, 1e9, "log line / JSON record every N steps", NULL },
+  { "valid_examples", PSM_PARAM_INT, "0", 0, 1e9, "validate on the first N examples (0 = all)", NULL },
+  PSM_PARAM_END
+};
+
+static const PsmParamSpec optimizer_spec[] = {
+  { "name", PSM_PARAM_CHOICE, "adam", PSM_NO_RANGE, "update rule", "sgd|adam|adagrad|adadelta" },
+  { "lr", PSM_PARAM_FLOAT, "0.001", 0, 1000, "learning rate", NULL },
+  { "beta1", PSM_PARAM_FLOAT, "0.9", 0, 0.999999, "adam: first-moment decay", NULL },
+  { "beta2", PSM_PARAM_FLOAT, "0.999", 0, 0.999999, "adam: second-moment decay", NULL },
+  { "eps", PSM_PARAM_FLOAT, "1e-8", 0, 1, "adam/adagrad/adadelta: denominator epsilon", NULL },
+  { "init_accum", PSM_PARAM_FLOAT, "0.1", 0, 1000, "adagrad: initial accumulator value", NULL },
+  { "rho", PSM_PARAM_FLOAT, "0.95", 0, 0.999999, "adadelta: decay of the running averages", NULL },
+  { "halve_start", PSM_PARAM_INT, "0", 0, 1e12, "sgd: first step of the halving schedule", NULL },
+  { "halve_every", PSM_PARAM_INT, "0", 0, 1e12, "sgd: halve lr every N steps from halve_start (0 = never)", NULL },
+  PSM_PARAM_END
+};
+
+static const PsmParamSpec eval_spec[] = {
+  { "batch", PSM_PARAM_INT, "256", 1, 100000, "examples per evaluation batch", NULL },
+  PSM_PARAM_END
+};
+
+static const PsmParamSpec decode_spec[] = {
+  { "beam", PSM_PARAM_INT, "1", 1, 1, "beam size (this release decodes greedily)", NULL },
+  { "max_len", PSM_PARAM_INT, "100", 1, 100000, "longest output", NULL },
+  PSM_PARAM_END
+};
+
+static const PsmParamSpec run_spec[] = {
+  { "dir", PSM_PARAM_STRING, "", PSM_NO_RANGE, "run folder (default runs/<pipeline name>)", NULL },
+  PSM_PARAM_END
+};
+
+static const PsmCoreSection core_sections[] = {
+  { "model.embedding", "token embeddings", embedding_spec },
+  { "train", "training loop", train_spec },
+  { "train.optimizer", "optimiser", optimizer_spec },
+  { "eval", "evaluation", eval_spec },
+  { "decode", "decoding", decode_spec },
+  { "run", "run folder", run_spec },
+  { NULL, NULL, NULL }
+};
+
+const PsmCoreSection *psm_core_sections (void) { return core_sections; }
+
+/* Plugin-backed sections: path, kind, required. */
+static const struct {
+  const char *path;
+  PsmKind kind;
+  gboolean required;
+} plugin_sections[] = {
+  { "task", PSM_KIND_TASK, TRUE },
+  { "model.encoder", PSM_KIND_ENCODER, FALSE },
+  { "model.decoder", PSM_KIND_DECODER, FALSE },
+  { "model.head", PSM_KIND_HEAD, TRUE },
+};
+
+#define MAX_METRICS 8
+
+struct PsmPipeline {
+  char *file;
+  config_t cfg;
+  GHashTable *sections;   /* path -> PsmSection* */
+  GHashTable *plugins;    /* path -> const PsmPlugin* */
+  GPtrArray *notes;       /* char*: settings dropped after a --set plugin swap */
+  int n_metrics;
+  const PsmPlugin *metric[MAX_METRICS];
+  PsmSection *metric_sec[MAX_METRICS];
+  char *run_dir;
+};
+
+static void
+err (GPtrArray *errors, const char *file, config_setting_t *s, const char *path, const char *msg)
+{
+  char *w = psm_setting_where (file, s, path);
+  g_ptr_array_add (errors, g_strdup_printf ("%s: %s", w, msg));
+  g_free (w);
+}
+
+static config_setting_t *
+lookup (config_t *cfg, const char *path)
+{
+  return config_lookup (cfg, path);
+}
+
+/* Validates that a group has only the given sub-groups/keys. */
+static void
+check_keys (const char *file, config_setting_t *g, const char *path, const char *const *allowed,
+            GPtrArray *errors)
+{
+  psm_validate_group (file, g, path, NULL, allowed, errors);
+}
+
+/* The plugin was swapped with --set (its setting has no source line): keys
+ * of the pipeline file that the new plugin does not declare belonged to the
+ * old one. Drop them with a note, so an ablation is one --set. Keys given
+ * with --set themselves are kept, and validated. */
+static void
+drop_foreign_keys (PsmPipeline *pl, config_setting_t *g, const char *path, const PsmPlugin *plug)
+{
+  for (int i = config_setting_length (g) - 1; i >= 0; i--) {
+    config_setting_t *m = config_setting_get_elem (g, i);
+    const char *name = config_setting_name (m);
+    if (strcmp (name, "plugin") == 0 || config_setting_source_line (m) == 0)
+      continue;
+    gboolean declared = FALSE;
+    for (const PsmParamSpec *p = plug->desc->params; p && p->name; p++)
+      declared = declared || strcmp (p->name, name) == 0;
+    if (!declared) {
+      char *w = psm_setting_where (pl->file, m, path);
+      g_ptr_array_add (pl->notes, g_strdup_printf ("%s.%s: ignored: not a parameter of %s '%s' (set by --set)",
+                                                   w, name, psm_kind_name (plug->desc->kind), plug->desc->name));
+      g_free (w);
+      config_setting_remove_elem (g, (unsigned) i);
+    }
+  }
+}
+
+static void
+resolve_plugin_section (PsmPipeline *pl, const char *path, PsmKind kind, gboolean required,
+                        GPtrArray *errors, GError **plugin_error)
+{
+  config_setting_t *g = lookup (&pl->cfg, path);
+  if (!g) {
+    if (required) {
+      char *m = g_strdup_printf ("missing section (expected %s = { plugin = \"...\"; ... })", path);
+      err (errors, pl->file, NULL, path, m);
+      g_free (m);
+    }
+    return;
+  }
+  if (config_setting_type (g) != CONFIG_TYPE_GROUP) {
+    err (errors, pl->file, g, path, "wrong type (expected a group { plugin = \"...\"; ... })");
+    return;
+  }
+  config_setting_t *ps = config_setting_get_member (g, "plugin");
+  char *ppath = g_strdup_printf ("%s.plugin", path);
+  if (!ps) {
+    char *m = g_strdup_printf ("missing required key (the %s plugin to use; see psm-run --list)",
+                               psm_kind_name (kind));
+    err (errors, pl->file, g, ppath, m);
+    g_free (m);
+  } else if (config_setting_type (ps) != CONFIG_TYPE_STRING) {
+    err (errors, pl->file, ps, ppath, "wrong type (expected a plugin name string)");
+  } else {
+    const char *name = config_setting_get_string (ps);
+    GError *e = NULL;
+    const PsmPlugin *plug = psm_plugin_find (kind, name, &e);
+    if (!plug) {
+      err (errors, pl->file, ps, ppath, e->message);
+      if (plugin_error && !*plugin_error && e->domain == PSM_PLUGIN_ERROR &&
+          e->code != PSM_PLUGIN_ERROR_NOT_FOUND)
+        *plugin_error = g_error_copy (e);
+      g_clear_error (&e);
+    } else {
+      const char *extra[] = { "plugin", NULL };
+      if (config_setting_source_line (ps) == 0)
+        drop_foreign_keys (pl, g, path, plug);
+      psm_validate_group (pl->file, g, path, plug->desc->params, extra, errors);
+      g_hash_table_insert (pl->plugins, g_strdup (path), (gpointer) plug);
+      g_hash_table_insert (pl->sections, g_strdup (path),
+                           psm_section_new (plug->desc->params, g, path, pl->file));
+    }
+  }
+  g_free (ppath);
+}
+
+static void
+resolve_metrics (PsmPipeline *pl, GPtrArray *errors)
+{
+  config_setting_t *ms = lookup (&pl->cfg, "metrics");
+  if (!ms)
+    return;
+  int t = config_setting_type (ms);
+  if (t != CONFIG_TYPE_LIST && t != CONFIG_TYPE_ARRAY) {
+    err (errors, pl->file, ms, "metrics", "wrong type (expected a list: ( \"error_rate\", ... ))");
+    return;
+  }
+  int n = config_setting_length (ms);
+  for (int i = 0; i < n; i++) {
+    config_setting_t *e = config_setting_get_elem (ms, i);
+    char *path = g_strdup_printf ("metrics.[%d]", i);
+    const char *name = NULL;
+    config_setting_t *group = NULL;
+    if (config_setting_type (e) == CONFIG_TYPE_STRING) {
+      name = config_setting_get_string (e);
+    } else if (config_setting_type (e) == CONFIG_TYPE_GROUP &&
+               config_setting_lookup_string (e, "plugin", &name)) {
+      group = e;
+    } else {
+      err (errors, pl->file, e, path, "wrong type (expected a metric name or { plugin = \"...\"; ... })");
+    }
+    if (name && pl->n_metrics >= MAX_METRICS) {
+      err (errors, pl->file, e, path, "too many metrics (at most 8)");
+    } else if (name) {
+      GError *ge = NULL;
+      const PsmPlugin *plug = psm_plugin_find (PSM_KIND_METRIC, name, &ge);
+      if (!plug) {
+        err (errors, pl->file, e, path, ge->message);
+        g_clear_error (&ge);
+      } else {
+        const char *extra[] = { "plugin", NULL };
+        if (group)
+          psm_validate_group (pl->file, group, path, plug->desc->params, extra, errors);
+        pl->metric[pl->n_metrics] = plug;
+        pl->metric_sec[pl->n_metrics] = psm_section_new (plug->desc->params, group, path, pl->file);
+        pl->n_metrics++;
+      }
+    }
+    g_free (path);
+  }
+}
+
+PsmPipeline *
+psm_pipeline_load (const char *file, const char *const *sets, GError **error)
+{
+  PsmPipeline *pl = g_new0 (PsmPipeline, 1);
+  pl->file = g_strdup (file);
+  pl->sections = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, (GDestroyNotify) psm_section_free);
+  pl->plugins = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, NULL);
+  pl->notes = g_ptr_array_new_with_free_func (g_free);
+  config_init (&pl->cfg);
+  /* @include paths are relative to the pipeline's folder. */
+  char *dir = g_path_get_dirname (file);
+  config_set_include_dir (&pl->cfg, dir);
+  g_free (dir);
+
+  if (!g_file_test (file, G_FILE_TEST_IS_REGULAR)) {
+    g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID,
+                 "%s: cannot read pipeline: no such file", file);
+    psm_pipeline_free (pl);
+    return NULL;
+  }
+  if (!config_read_file (&pl->cfg, file)) {
+    const char *ef = config_error_file (&pl->cfg);
+    g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID, "%s:%d: parse error: %s",
+                 ef ? ef : file, config_error_line (&pl->cfg), config_error_text (&pl->cfg));
+    psm_pipeline_free (pl);
+    return NULL;
+  }
+  for (const char *const *s = sets; s && *s; s++)
+    if (!psm_config_apply_set (&pl->cfg, *s, error)) {
+      psm_pipeline_free (pl);
+      return NULL;
+    }
+
+  GPtrArray *errors = g_ptr_array_new_with_free_func (g_free);
+  GError *plugin_error = NULL;
+  const char *top[] = { "task", "model", "train", "eval", "decode", "metrics", "run", NULL };
+  check_keys (file, config_root_setting (&pl->cfg), "", top, errors);
+  const char *model_keys[] = { "embedding", "encoder", "decoder", "head", NULL };
+  config_setting_t *model = lookup (&pl->cfg, "model");
+  if (model)
+    check_keys (file, model, "model", model_keys, errors);
+  const char *train_keys[] = { "optimizer", NULL };
+  for (guint i = 0; i < G_N_ELEMENTS (plugin_sections); i++)
+    resolve_plugin_section (pl, plugin_sections[i].path, plugin_sections[i].kind,
+                            plugin_sections[i].required, errors, &plugin_error);
+  for (const PsmCoreSection *cs = core_sections; cs->path; cs++) {
+    config_setting_t *g = lookup (&pl->cfg, cs->path);
+    psm_validate_group (file, g, cs->path, cs->spec,
+                        strcmp (cs->path, "train") == 0 ? train_keys : NULL, errors);
+    g_hash_table_insert (pl->sections, g_strdup (cs->path),
+                         psm_section_new (cs->spec, g, cs->path, file));
+  }
+  resolve_metrics (pl, errors);
+
+  if (errors->len) {
+    if (plugin_error && errors->len == 1) {
+      g_propagate_error (error, plugin_error);
+    } else {
+      g_ptr_array_add (errors, NULL);
+      char *msg = g_strjoinv ("\n", (char **) errors->pdata);
+      g_set_error_literal (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID, msg);
+      g_free (msg);
+      g_clear_error (&plugin_error);
+    }
+    g_ptr_array_unref (errors);
+    psm_pipeline_free (pl);
+    return NULL;
+  }
+  g_ptr_array_unref (errors);
+
+  const char *rd = psm_section_string (psm_pipeline_section (pl, "run"), "dir");
+  if (rd && *rd) {
+    pl->run_dir = g_strdup (rd);
+  } else {
+    char *base = g_path_get_basename (file);
+    char *dot = strrchr (base, '.');
+    if (dot)
+      *dot = '\0';
+    pl->run_dir = g_build_filename ("runs", base, NULL);
+    g_free (base);
+  }
+  return pl;
+}
+
+void
+psm_pipeline_free (PsmPipeline *pl)
+{
+  if (!pl)
+    return;
+  config_destroy (&pl->cfg);
+  g_hash_table_destroy (pl->sections);
+  g_hash_table_destroy (pl->plugins);
+  g_ptr_array_unref (pl->notes);
+  for (int i = 0; i < pl->n_metrics; i++)
+    psm_section_free (pl->metric_sec[i]);
+  g_free (pl->run_dir);
+  g_free (pl->file);
+  g_free (pl);
+}
+
+const char *psm_pipeline_file (const PsmPipeline *pl) { return pl->file; }
+
+const char *
+psm_pipeline_note (const PsmPipeline *pl, guint i)
+{
+  return i < pl->notes->len ? g_ptr_array_index (pl->notes, i) : NULL;
+}
+const char *psm_pipeline_run_dir (const PsmPipeline *pl) { return pl->run_dir; }
+int psm_pipeline_n_metrics (const PsmPipeline *pl) { return pl->n_metrics; }
+
+const PsmSection *
+psm_pipeline_section (const PsmPipeline *pl, const char *path)
+{
+  return g_hash_table_lookup (pl->sections, path);
+}
+
+const PsmPlugin *
+psm_pipeline_plugin (const PsmPipeline *pl, const char *path)
+{
+  return g_hash_table_lookup (pl->plugins, path);
+}
+
+const PsmPlugin *
+psm_pipeline_metric (const PsmPipeline *pl, int i, const PsmSection **section)
+{
+  if (section)
+    *section = pl->metric_sec[i];
+  return pl->metric[i];
+}
+
+gboolean
+psm_pipeline_write (const PsmPipeline *pl, const char *path, GError **error)
+{
+  char *tmp = g_strdup_printf ("%s.tmp", path);
+  if (!config_write_file ((config_t *) &pl->cfg, tmp) || rename (tmp, path) != 0) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: cannot write the resolved pipeline", path);
+    g_free (tmp);
+    return FALSE;
+  }
+  g_free (tmp);
+  return TRUE;
+}

@@ -1,0 +1,103 @@
+/* psm-private.h — internals shared by core files (not installed). */
+#ifndef PSM_PRIVATE_H
+#define PSM_PRIVATE_H
+#include <math.h>
+#include "psm/psm.h"
+
+/* The closed set of ops. Adding an op: one file in core/ops/ (forward and
+ * backward) plus one row here and one in psm-op-table.c. */
+typedef enum {
+  PSM_OP_MATMUL,
+  PSM_OP_LINEAR,
+  PSM_OP_ADD,
+  PSM_OP_MUL,
+  PSM_OP_SCALE,
+  PSM_OP_SIGMOID,
+  PSM_OP_TANH,
+  PSM_OP_RELU,
+  PSM_OP_SOFTMAX,
+  PSM_OP_LOG_SOFTMAX,
+  PSM_OP_EMBEDDING,
+  PSM_OP_GATHER_ROWS,
+  PSM_OP_PICK,
+  PSM_OP_CONCAT,
+  PSM_OP_SLICE,
+  PSM_OP_TRANSPOSE01,
+  PSM_OP_SUM,
+  PSM_OP_MEAN,
+  PSM_OP_NLL,
+  PSM_OP_CROSS_ENTROPY,
+  PSM_OP_BCE_LOGITS,
+  PSM_OP_GRU_CELL,
+  PSM_OP_GRU_SEQ,
+  PSM_OP_LSTM_CELL,
+  PSM_OP_ATTEND,
+  PSM_OP_COUNT
+} PsmOpKind;
+
+#define PSM_NODE_MAX_IN 5
+
+typedef struct PsmNode PsmNode;
+struct PsmNode {
+  PsmOpKind op;
+  PsmTensor *out;
+  PsmTensor *in[PSM_NODE_MAX_IN];
+  void *saved;           /* op-specific, in the arena */
+  const void *aux[2];    /* caller arrays (ids, masks), copied to the arena */
+  int iarg[4];
+  float farg[2];
+};
+
+typedef void (*PsmBackwardFn) (PsmNode *node);
+
+typedef struct {
+  const char *name;
+  PsmBackwardFn backward;
+} PsmOpInfo;
+
+extern const PsmOpInfo psm_op_table[PSM_OP_COUNT];
+
+/* Record a node when gradients flow to any input; returns NULL otherwise. */
+PsmNode *psm_graph_record (PsmGraph *g, PsmOpKind op, PsmTensor *out, int n_in, PsmTensor *const *in);
+/* Output tensor for an op over inputs: requires grad if any input does. */
+PsmTensor *psm_op_out (PsmGraph *g, int ndim, const int *shape, int n_in, PsmTensor *const *in);
+gboolean psm_needs_grad (PsmGraph *g, int n_in, PsmTensor *const *in);
+/* Copy caller data into the arena (for masks/ids saved by a node). */
+void *psm_graph_dup (PsmGraph *g, const void *src, size_t bytes);
+void *psm_graph_alloc (PsmGraph *g, size_t bytes);
+
+/* Per-op backward functions, defined in core/ops/. */
+#define PSM_DECLARE_BACKWARD(name) void psm_##name##_backward (PsmNode *node)
+PSM_DECLARE_BACKWARD (matmul);
+PSM_DECLARE_BACKWARD (linear);
+PSM_DECLARE_BACKWARD (add);
+PSM_DECLARE_BACKWARD (mul);
+PSM_DECLARE_BACKWARD (scale);
+PSM_DECLARE_BACKWARD (sigmoid);
+PSM_DECLARE_BACKWARD (tanh);
+PSM_DECLARE_BACKWARD (relu);
+PSM_DECLARE_BACKWARD (softmax);
+PSM_DECLARE_BACKWARD (log_softmax);
+PSM_DECLARE_BACKWARD (embedding);
+PSM_DECLARE_BACKWARD (gather_rows);
+PSM_DECLARE_BACKWARD (pick);
+PSM_DECLARE_BACKWARD (concat);
+PSM_DECLARE_BACKWARD (slice);
+PSM_DECLARE_BACKWARD (transpose01);
+PSM_DECLARE_BACKWARD (sum);
+PSM_DECLARE_BACKWARD (mean);
+PSM_DECLARE_BACKWARD (nll);
+PSM_DECLARE_BACKWARD (cross_entropy);
+PSM_DECLARE_BACKWARD (bce_logits);
+PSM_DECLARE_BACKWARD (gru_cell);
+PSM_DECLARE_BACKWARD (gru_seq);
+PSM_DECLARE_BACKWARD (lstm_cell);
+PSM_DECLARE_BACKWARD (attend);
+
+/* GEMM wrapper: C[M,N] = alpha op(A) op(B) + beta C, row-major. */
+void psm_gemm (gboolean ta, gboolean tb, int M, int N, int K, float alpha,
+               const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
+static inline float psm_sigmoidf (float x) { return 1.0f / (1.0f + expf (-x)); }
+
+#endif

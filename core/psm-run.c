@@ -1,0 +1,417 @@
+/* psm-run.c — training loop, evaluation runs and the --check smoke run. */
+#include "config.h"
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <glib/gstdio.h>
+#include "psm-private.h"
+#include "psm/psm-pipeline.h"
+
+G_DEFINE_QUARK (psm-run-error-quark, psm_run_error)
+
+PsmGraph *psm_model_graph (PsmModel *m);
+PsmBatch *psm_model_batch (PsmModel *m);
+PsmPipeline *psm_model_pipeline (PsmModel *m);
+
+static gboolean
+optim_config (const PsmSection *s, PsmOptConfig *c)
+{
+  const char *name = psm_section_string (s, "name");
+  memset (c, 0, sizeof *c);
+  c->kind = strcmp (name, "sgd") == 0 ? PSM_OPT_SGD
+          : strcmp (name, "adagrad") == 0 ? PSM_OPT_ADAGRAD
+          : strcmp (name, "adadelta") == 0 ? PSM_OPT_ADADELTA
+                                            : PSM_OPT_ADAM;
+  c->lr = psm_section_float (s, "lr");
+  c->beta1 = psm_section_float (s, "beta1");
+  c->beta2 = psm_section_float (s, "beta2");
+  c->eps = psm_section_float (s, "eps");
+  c->init_accum = psm_section_float (s, "init_accum");
+  c->rho = psm_section_float (s, "rho");
+  c->halve_start = (long) psm_section_int (s, "halve_start");
+  c->halve_every = (long) psm_section_int (s, "halve_every");
+  return TRUE;
+}
+
+static void
+fmt_duration (char *buf, size_t n, double s)
+{
+  if (!isfinite (s) || s < 0)
+    g_snprintf (buf, n, "?");
+  else if (s < 60)
+    g_snprintf (buf, n, "%.0fs", s);
+  else if (s < 3600)
+    g_snprintf (buf, n, "%dm%02ds", (int) s / 60, (int) s % 60);
+  else
+    g_snprintf (buf, n, "%dh%02dm", (int) s / 3600, ((int) s % 3600) / 60);
+}
+
+static void
+json_eval (FILE *log, long step, const char *split, double t, const PsmEvalResult *r)
+{
+  if (!log)
+    return;
+  fprintf (log, "{\"step\": %ld, \"split\": \"%s\", \"time\": %.3f, \"loss\": %.6g, \"examples\": %ld",
+           step, split, t, r->loss, r->n_examples);
+  for (int i = 0; i < r->n_metrics; i++)
+    for (int k = 0; k < r->metrics[i].n; k++)
+      fprintf (log, ", \"%s\": %.6g", r->metrics[i].names[k], r->metrics[i].values[k]);
+  fprintf (log, "}\n");
+  fflush (log);
+}
+
+static void
+print_eval (const char *what, long step, const PsmEvalResult *r, gboolean best)
+{
+  GString *s = g_string_new (NULL);
+  g_string_append_printf (s, "%s step %ld: loss %.4f", what, step, r->loss);
+  for (int i = 0; i < r->n_metrics; i++)
+    for (int k = 0; k < r->metrics[i].n; k++)
+      g_string_append_printf (s, "  %s %.4f", r->metrics[i].names[k], r->metrics[i].values[k]);
+  g_string_append_printf (s, "  (%ld examples)%s", r->n_examples, best ? "  * best" : "");
+  printf ("%s\n", s->str);
+  fflush (stdout);
+  g_string_free (s, TRUE);
+}
+
+static gboolean
+better (const PsmEvalResult *r, double best, gboolean have_best)
+{
+  if (!have_best)
+    return TRUE;
+  return r->higher_is_better ? r->primary > best : r->primary < best;
+}
+
+gboolean
+psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error)
+{
+  PsmPipeline *pl = psm_model_pipeline (m);
+  const PsmSection *train = psm_pipeline_section (pl, "train");
+  const char *dir = psm_pipeline_run_dir (pl);
+  char *last = g_build_filename (dir, "last.ckpt", NULL);
+  char *best_path = g_build_filename (dir, "best.ckpt", NULL);
+  char *log_path = g_build_filename (dir, "log.jsonl", NULL);
+  char *cfg_path = g_build_filename (dir, "pipeline.cfg", NULL);
+  PsmOptim *optim = NULL;
+  FILE *log = NULL;
+  gboolean ok = FALSE;
+
+  if (!opt->resume && g_file_test (last, G_FILE_TEST_EXISTS)) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_USAGE,
+                 "%s: run folder already holds a run; continue it with --resume, or choose another with --set run.dir=...",
+                 dir);
+    goto out;
+  }
+  if (opt->resume && !g_file_test (last, G_FILE_TEST_EXISTS)) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_USAGE, "%s: nothing to resume (no checkpoint)", last);
+    goto out;
+  }
+  if (g_mkdir_with_parents (dir, 0755) != 0) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: cannot create run folder: %s", dir,
+                 g_strerror (errno));
+    goto out;
+  }
+
+  PsmOptConfig oc;
+  optim_config (psm_pipeline_section (pl, "train.optimizer"), &oc);
+  PsmParams *params = psm_model_params (m);
+  optim = psm_optim_new (&oc, params);
+  PsmCheckpointMeta meta = { 0 };
+  psm_rng_seed (&meta.rng, (guint64) psm_section_int (train, "seed") * 7919 + 17);
+  gboolean have_best = FALSE;
+  if (opt->resume) {
+    if (!psm_checkpoint_load (last, params, optim, &meta, error))
+      goto out;
+    have_best = g_file_test (best_path, G_FILE_TEST_EXISTS) && !isnan (meta.best_metric);
+    printf ("resumed %s at step %ld\n", last, meta.step);
+  } else {
+    meta.best_metric = NAN;
+    if (!psm_pipeline_write (pl, cfg_path, error))
+      goto out;
+  }
+  log = fopen (log_path, opt->resume ? "a" : "w");
+  if (!log) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: cannot open log: %s", log_path,
+                 g_strerror (errno));
+    goto out;
+  }
+
+  long steps = (long) psm_section_int (train, "steps");
+  int B = (int) psm_section_int (train, "batch");
+  long eval_every = (long) psm_section_int (train, "eval_every");
+  long log_every = (long) psm_section_int (train, "log_every");
+  long valid_n = (long) psm_section_int (train, "valid_examples");
+  double clip = psm_section_float (train, "clip_norm");
+  const PsmTaskClass *tk;
+  void *task = psm_model_task (m, &tk);
+  PsmGraph *g = psm_model_graph (m);
+  PsmBatch *batch = psm_model_batch (m);
+  GTimer *timer = g_timer_new ();
+  double win_loss = 0.0, win_tokens = 0.0, t_win = 0.0;
+  long win_n = 0, start_step = meta.step;
+  if (!opt->quiet)
+    printf ("training %s: %ld steps of %d examples, %zu parameters, run folder %s\n",
+            psm_pipeline_file (pl), steps, B, psm_params_size (params), dir);
+
+  for (long step = meta.step; step < steps; step++) {
+    if (!tk->train_batch (task, B, &meta.rng, batch, error))
+      goto out_timer;
+    psm_graph_reset (g);
+    PsmTensor *loss = psm_model_loss (m, g, batch);
+    float lv = loss->data[0];
+    if (!isfinite (lv)) {
+      if (opt->progress && !opt->quiet)
+        fprintf (stderr, "\n");
+      g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
+                   "step %ld: training loss is %s; training stopped. The last good checkpoint (%s) is intact.",
+                   step, isnan (lv) ? "NaN" : "infinite", last);
+      goto out_timer;
+    }
+    psm_backward (g, loss);
+    double gnorm = psm_params_clip (params, clip);
+    if (!isfinite (gnorm)) {
+      g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
+                   "step %ld: gradient norm is %s; training stopped. The last good checkpoint (%s) is intact.",
+                   step, isnan (gnorm) ? "NaN" : "infinite", last);
+      goto out_timer;
+    }
+    psm_optim_step (optim, step);
+    psm_params_zero_grad (params);
+
+    double tok = 0.0;
+    for (int i = 0; i < batch->T * batch->B; i++)
+      tok += batch->src_mask[i];
+    for (int i = 0; i < batch->Ty * batch->B; i++)
+      tok += batch->tgt_mask[i];
+    win_loss += lv;
+    win_tokens += tok;
+    win_n++;
+    long done = step + 1;
+    double now = g_timer_elapsed (timer, NULL);
+    if (done % log_every == 0 || done == steps) {
+      double dt = now - t_win, rate = dt > 0 ? win_tokens / dt : 0.0;
+      double eta = (double) (steps - done) * (now / (double) (done - start_step));
+      char etab[32];
+      fmt_duration (etab, sizeof etab, eta);
+      fprintf (log, "{\"step\": %ld, \"split\": \"train\", \"time\": %.3f, \"loss\": %.6g, \"lr\": %.6g, \"grad_norm\": %.6g, \"tokens_per_s\": %.1f}\n",
+               done, now, win_loss / win_n, psm_optim_lr (optim, step), gnorm, rate);
+      fflush (log);
+      if (!opt->quiet) {
+        if (opt->progress)
+          fprintf (stderr, "\rstep %ld/%ld  loss %.4f  %.0f tok/s  ETA %s   ", done, steps,
+                   win_loss / win_n, rate, etab);
+        else
+          printf ("step %ld/%ld  loss %.4f  %.0f tok/s  ETA %s\n", done, steps, win_loss / win_n, rate, etab);
+        fflush (stdout);
+      }
+      win_loss = win_tokens = 0.0;
+      win_n = 0;
+      t_win = now;
+    }
+    if (done % eval_every == 0 || done == steps) {
+      PsmEvalResult r;
+      if (!psm_model_evaluate (m, PSM_SPLIT_VALID, valid_n, NULL, &r, error))
+        goto out_timer;
+      if (!isfinite (r.loss)) {
+        g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
+                     "step %ld: validation loss is not finite; training stopped. The last good checkpoint (%s) is intact.",
+                     done, last);
+        goto out_timer;
+      }
+      gboolean is_best = better (&r, meta.best_metric, have_best);
+      meta.step = done;
+      if (is_best) {
+        meta.best_metric = r.primary;
+        have_best = TRUE;
+        if (!psm_checkpoint_save (best_path, params, NULL, &meta, error))
+          goto out_timer;
+      }
+      if (!psm_checkpoint_save (last, params, optim, &meta, error))
+        goto out_timer;
+      if (opt->progress && !opt->quiet)
+        fprintf (stderr, "\n");
+      if (!opt->quiet)
+        print_eval ("valid", done, &r, is_best);
+      json_eval (log, done, "valid", g_timer_elapsed (timer, NULL), &r);
+    }
+  }
+  if (!opt->quiet)
+    printf ("trained %ld steps in %.1f s\n", steps - start_step, g_timer_elapsed (timer, NULL));
+  ok = TRUE;
+out_timer:
+  g_timer_destroy (timer);
+out:
+  if (log)
+    fclose (log);
+  psm_optim_free (optim);
+  g_free (last);
+  g_free (best_path);
+  g_free (log_path);
+  g_free (cfg_path);
+  return ok;
+}
+
+static const char *
+split_name (PsmSplit s)
+{
+  return s == PSM_SPLIT_TRAIN ? "train" : s == PSM_SPLIT_VALID ? "valid" : "test";
+}
+
+gboolean
+psm_run_eval (PsmModel *m, PsmSplit split, gboolean write_decodes, GError **error)
+{
+  PsmPipeline *pl = psm_model_pipeline (m);
+  const char *dir = psm_pipeline_run_dir (pl);
+  char *path = g_build_filename (dir, "best.ckpt", NULL);
+  if (!g_file_test (path, G_FILE_TEST_EXISTS)) {
+    g_free (path);
+    path = g_build_filename (dir, "last.ckpt", NULL);
+  }
+  PsmCheckpointMeta meta;
+  if (!psm_checkpoint_load (path, psm_model_params (m), NULL, &meta, error)) {
+    g_free (path);
+    return FALSE;
+  }
+  FILE *out = NULL;
+  char *out_path = NULL;
+  if (write_decodes) {
+    out_path = g_strdup_printf ("%s/decode.%s.txt", dir, split_name (split));
+    out = fopen (out_path, "w");
+    if (!out) {
+      g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: %s", out_path, g_strerror (errno));
+      g_free (out_path);
+      g_free (path);
+      return FALSE;
+    }
+  }
+  PsmEvalResult r;
+  GTimer *t = g_timer_new ();
+  gboolean ok = psm_model_evaluate (m, split, 0, out, &r, error);
+  double secs = g_timer_elapsed (t, NULL);
+  g_timer_destroy (t);
+  if (out)
+    fclose (out);
+  if (ok) {
+    char *what = g_strdup_printf ("%s (%s)", split_name (split), path);
+    print_eval (what, meta.step, &r, FALSE);
+    g_free (what);
+    char *log_path = g_build_filename (dir, "log.jsonl", NULL);
+    FILE *log = fopen (log_path, "a");
+    json_eval (log, meta.step, split_name (split), secs, &r);
+    if (log)
+      fclose (log);
+    g_free (log_path);
+    if (out_path)
+      printf ("decodes written to %s (hypothesis<TAB>reference)\n", out_path);
+  }
+  g_free (out_path);
+  g_free (path);
+  return ok;
+}
+
+static gboolean
+check_fail (GError **error, const char *what)
+{
+  g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "check failed: %s", what);
+  return FALSE;
+}
+
+gboolean
+psm_run_check (PsmModel *m, GError **error)
+{
+  PsmPipeline *pl = psm_model_pipeline (m);
+  const PsmSection *train = psm_pipeline_section (pl, "train");
+  PsmParams *params = psm_model_params (m);
+  const PsmTaskClass *tk;
+  void *task = psm_model_task (m, &tk);
+  PsmGraph *g = psm_model_graph (m);
+  PsmBatch *batch = psm_model_batch (m);
+  printf ("check %s: pipeline valid, model built (%zu parameters)\n", psm_pipeline_file (pl),
+          psm_params_size (params));
+
+  /* A few steps on one small batch: the loss must stay finite and fall. */
+  PsmOptConfig oc;
+  optim_config (psm_pipeline_section (pl, "train.optimizer"), &oc);
+  PsmOptim *optim = psm_optim_new (&oc, params);
+  PsmRng rng;
+  psm_rng_seed (&rng, (guint64) psm_section_int (train, "seed"));
+  int B = (int) MIN (psm_section_int (train, "batch"), 16);
+  if (!tk->train_batch (task, B, &rng, batch, error)) {
+    psm_optim_free (optim);
+    return FALSE;
+  }
+  double clip = psm_section_float (train, "clip_norm");
+  float first = 0.0f, lastv = 0.0f;
+  const int steps = 12;
+  for (int s = 0; s < steps; s++) {
+    psm_graph_reset (g);
+    PsmTensor *loss = psm_model_loss (m, g, batch);
+    lastv = loss->data[0];
+    if (s == 0)
+      first = lastv;
+    if (!isfinite (lastv)) {
+      psm_optim_free (optim);
+      return check_fail (error, "training loss is not finite");
+    }
+    psm_backward (g, loss);
+    psm_params_clip (params, clip);
+    psm_optim_step (optim, s);
+    psm_params_zero_grad (params);
+  }
+  printf ("check: %d steps on one batch of %d: loss %.4f -> %.4f\n", steps, B, first, lastv);
+  if (!(lastv < first)) {
+    psm_optim_free (optim);
+    return check_fail (error, "the loss did not fall on a batch it trains on");
+  }
+
+  /* Decode/evaluate the (tiny) validation split. */
+  PsmEvalResult r;
+  if (!psm_model_evaluate (m, PSM_SPLIT_VALID, 64, NULL, &r, error)) {
+    psm_optim_free (optim);
+    return FALSE;
+  }
+  if (r.n_examples == 0 || !isfinite (r.loss)) {
+    psm_optim_free (optim);
+    return check_fail (error, "evaluation produced no finite result");
+  }
+  print_eval ("check: valid", steps, &r, FALSE);
+
+  /* Checkpoint round-trip through a temporary folder. */
+  char *tmpdir = g_dir_make_tmp ("psm-check-XXXXXX", error);
+  if (!tmpdir) {
+    psm_optim_free (optim);
+    return FALSE;
+  }
+  char *path = g_build_filename (tmpdir, "check.ckpt", NULL);
+  size_t n = psm_params_size (params);
+  float *saved = g_memdup2 (psm_params_data (params), n * sizeof (float));
+  PsmCheckpointMeta meta = { steps, rng, r.primary };
+  gboolean ok = psm_checkpoint_save (path, params, optim, &meta, error);
+  if (ok) {
+    for (size_t i = 0; i < n; i++)
+      psm_params_data (params)[i] = 0.0f;
+    PsmCheckpointMeta back;
+    ok = psm_checkpoint_load (path, params, optim, &back, error);
+    if (ok && (memcmp (saved, psm_params_data (params), n * sizeof (float)) != 0 ||
+               back.step != steps || memcmp (&back.rng, &rng, sizeof rng) != 0))
+      ok = check_fail (error, "checkpoint round-trip changed the parameters or the run state");
+    PsmEvalResult r2;
+    if (ok && !psm_model_evaluate (m, PSM_SPLIT_VALID, 64, NULL, &r2, error))
+      ok = FALSE;
+    if (ok && r2.loss != r.loss)
+      ok = check_fail (error, "validation loss differs after the checkpoint round-trip");
+    if (ok)
+      printf ("check: checkpoint round-trip exact (%zu floats)\n", n);
+  }
+  g_unlink (path);
+  g_rmdir (tmpdir);
+  g_free (path);
+  g_free (tmpdir);
+  g_free (saved);
+  psm_optim_free (optim);
+  if (ok)
+    printf ("check: OK\n");
+  return ok;
+}

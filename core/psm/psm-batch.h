@@ -1,0 +1,43 @@
+/* psm-batch.h — what a task hands the model: one minibatch, time-major.
+ * The core owns the buffers (psm_batch_reserve); a task fills them. */
+#ifndef PSM_BATCH_H
+#define PSM_BATCH_H
+#include <glib.h>
+#include <stdint.h>
+G_BEGIN_DECLS
+
+typedef struct {
+  guint32 size;          /* sizeof (PsmBatch) */
+  int B;                 /* examples */
+  int T;                 /* source length (max over the batch) */
+  int Ty;                /* target length (max over the batch) */
+  int cap_B, cap_T, cap_Ty;
+
+  /* source side, [T, B] */
+  int32_t *src;          /* ids in the source vocabulary (OOV -> unk) */
+  int32_t *src_ext;      /* ids in the extended space (per-batch OOVs get
+                            ids >= ext_base), for pointer-generator/copy */
+  float *src_mask;       /* 1 real token, 0 padding */
+
+  /* target side, [Ty, B] */
+  int32_t *dec_in;       /* decoder input at each step (BOS, y1, ...) */
+  int32_t *tgt;          /* target in the head's shortlist (unk if outside) */
+  int32_t *tgt_ext;      /* the true target word (extended space) */
+  float *tgt_mask;       /* 1 real step, 0 padding */
+  float *tgt_switch;     /* Gulcehre's observed z_t: 1 shortlist, 0 point */
+  int32_t *tgt_loc;      /* source position to point at, or -1 */
+
+  /* per-batch OOV words (extended ids ext_base + i) */
+  int ext_base;
+  GPtrArray *oov_words;  /* char *, owned by the batch */
+  int32_t *example_id;   /* [B] index of each example in its split, or -1 */
+} PsmBatch;
+
+void psm_batch_init (PsmBatch *b);
+void psm_batch_reserve (PsmBatch *b, int B, int T, int Ty);  /* sets B, T, Ty; zeroes */
+void psm_batch_clear (PsmBatch *b);   /* frees buffers */
+
+#define PSM_AT(arr, batch, t, b) ((arr)[(size_t) (t) * (batch)->B + (b)])
+
+G_END_DECLS
+#endif

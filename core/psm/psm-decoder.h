@@ -1,0 +1,36 @@
+/* psm-decoder.h — decoder-cell plugins: one target step at a time.
+ * Attention and coverage live here. The recurrent state ("carry") is one
+ * batch-major tensor [B, K] so the core can reorder beams with a row gather.
+ * Pipelines without a decoder (the rarest-word task) hand the head the
+ * encoder summary as a single step. */
+#ifndef PSM_DECODER_H
+#define PSM_DECODER_H
+#include "psm-encoder.h"
+G_BEGIN_DECLS
+
+/* One step's outputs; all batch-major. */
+typedef struct {
+  PsmTensor *carry;      /* [B, K] recurrent state (incl. coverage) */
+  PsmTensor *state;      /* [B, Hs] s_t as the head sees it */
+  PsmTensor *context;    /* [B, C] or NULL */
+  PsmTensor *attn;       /* [B, T] attention over the source, or NULL */
+  PsmTensor *coverage;   /* [B, T] coverage before this step, or NULL */
+  PsmTensor *input;      /* [B, E] the step's input embedding, or NULL */
+} PsmDecStep;
+
+typedef struct {
+  guint32 size;
+  void *(*create) (const PsmSection *cfg, const PsmBuildCtx *ctx, GError **error);
+  void (*destroy) (void *self);
+  int (*state_dim) (void *self);
+  int (*context_dim) (void *self);          /* 0: no context */
+  gboolean (*has_attention) (void *self);
+  /* Initial carry [B, K] from the encoding. */
+  PsmTensor *(*init) (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc);
+  /* One step from carry with input embedding in [B, E]. */
+  void (*step) (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc,
+                PsmTensor *carry, PsmTensor *in, PsmDecStep *out);
+} PsmDecoderClass;
+
+G_END_DECLS
+#endif

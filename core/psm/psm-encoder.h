@@ -1,0 +1,30 @@
+/* psm-encoder.h — encoder plugins: embedded source -> annotations + summary. */
+#ifndef PSM_ENCODER_H
+#define PSM_ENCODER_H
+#include "psm-ops.h"
+#include "psm-component.h"
+#include "psm-plugin.h"
+G_BEGIN_DECLS
+
+typedef struct {
+  int T, B;
+  PsmTensor *annotations;   /* [T, B, H] (time-major) */
+  PsmTensor *summary;       /* [B, Hs] */
+  const float *mask;        /* [T, B], 1 real token; never NULL */
+  const int32_t *src;       /* [T, B] source ids, for heads that need them */
+} PsmEncoding;
+
+typedef struct {
+  guint32 size;             /* sizeof (PsmEncoderClass) */
+  /* Declares parameters; returns the instance or NULL with error set. */
+  void *(*create) (const PsmSection *cfg, const PsmBuildCtx *ctx, GError **error);
+  void (*destroy) (void *self);
+  int (*output_dim) (void *self);    /* H of annotations */
+  int (*summary_dim) (void *self);   /* Hs of summary */
+  /* emb [T, B, E]; mask [T, B]. Fills out->annotations and out->summary. */
+  void (*encode) (void *self, PsmGraph *g, PsmParams *p, PsmTensor *emb,
+                  const float *mask, PsmEncoding *out);
+} PsmEncoderClass;
+
+G_END_DECLS
+#endif

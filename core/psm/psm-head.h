@@ -1,0 +1,49 @@
+/* psm-head.h — head plugins: decoder outputs -> training loss, and log-scores
+ * over the head's output space for decoding.
+ *
+ * Output space = the shortlist [0, tgt_vocab) followed by the head's extra
+ * slots (source positions for pointer softmax and copy, per-batch OOV ids for
+ * the pointer-generator, window positions for the sentinel). slot_token maps
+ * a slot back to a word id in the task's extended space. */
+#ifndef PSM_HEAD_H
+#define PSM_HEAD_H
+#include "psm-decoder.h"
+#include "psm-batch.h"
+G_BEGIN_DECLS
+
+/* Decoder outputs of Ty steps stacked time-major, so a head can project all
+ * steps with one GEMM. Any field but state may be NULL. With no decoder,
+ * Ty = 1 and state is the encoder summary. */
+typedef struct {
+  int Ty, B;
+  PsmTensor *state;      /* [Ty, B, Hs] */
+  PsmTensor *context;    /* [Ty, B, C] */
+  PsmTensor *attn;       /* [Ty, B, T] */
+  PsmTensor *coverage;   /* [Ty, B, T] */
+  PsmTensor *input;      /* [Ty, B, E] */
+} PsmDecOut;
+
+typedef struct {
+  guint32 size;
+  void *(*create) (const PsmSection *cfg, const PsmBuildCtx *ctx, GError **error);
+  void (*destroy) (void *self);
+  /* Mean loss per real target step (scalar tensor); reads any targets of
+   * the batch it needs (tgt, tgt_ext, tgt_switch, tgt_loc, tgt_mask). */
+  PsmTensor *(*loss) (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc,
+                      const PsmDecOut *out, const PsmBatch *batch);
+  /* Size of the output space for this batch. */
+  int (*space_size) (void *self, const PsmBatch *batch);
+  /* Log-scores [B, space_size] for one step (out->Ty == 1). */
+  PsmTensor *(*scores) (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc,
+                        const PsmDecOut *out, const PsmBatch *batch);
+  /* Word id (extended space) that slot of example b stands for. */
+  int32_t (*slot_token) (void *self, const PsmBatch *batch, int b, int slot);
+  /* Optional (Zeng et al.): embedding [n, E] of the decoder input for tokens
+   * the head copied (slots[i] of example rows[i]), or NULL to use the table. */
+  PsmTensor *(*input_embedding) (void *self, PsmGraph *g, PsmParams *p,
+                                 const PsmEncoding *enc, const PsmBatch *batch,
+                                 const int32_t *rows, const int32_t *slots, int n);
+} PsmHeadClass;
+
+G_END_DECLS
+#endif

@@ -1,0 +1,83 @@
+/* psm-ops.h — differentiable ops. Each records itself on the graph's tape
+ * when gradients are enabled; its backward accumulates (+=) into input grads.
+ * Equations are stated in core/ops/<family>.c. Shapes:
+ *   "rows" of a tensor = all leading dims flattened, "cols" = last dim. */
+#ifndef PSM_OPS_H
+#define PSM_OPS_H
+
+#include "psm-tensor.h"
+
+G_BEGIN_DECLS
+
+/* --- linear algebra (core/ops/matmul.c) --- */
+/* C = op(A) op(B); A is viewed as [rows, cols]; with trans_a its transpose. */
+PsmTensor *psm_matmul (PsmGraph *g, PsmTensor *a, PsmTensor *b, gboolean trans_a, gboolean trans_b);
+/* y = x W + b (b may be NULL): one sgemm, bias fused. x [.., K], W [K, N]. */
+PsmTensor *psm_linear (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b);
+
+/* --- elementwise (core/ops/elementwise.c) --- */
+/* a + b; b has the shape of a, or b->n divides a->n and b is tiled
+ * (a bias [N] over rows, a [B,H] over the T of a [T,B,H]). */
+PsmTensor *psm_add (PsmGraph *g, PsmTensor *a, PsmTensor *b);
+PsmTensor *psm_mul (PsmGraph *g, PsmTensor *a, PsmTensor *b);   /* same shape */
+PsmTensor *psm_scale (PsmGraph *g, PsmTensor *a, float k);       /* k a */
+PsmTensor *psm_sigmoid (PsmGraph *g, PsmTensor *x);
+PsmTensor *psm_tanh (PsmGraph *g, PsmTensor *x);
+PsmTensor *psm_relu (PsmGraph *g, PsmTensor *x);
+
+/* --- softmax family (core/ops/softmax.c), over the last dim --- */
+PsmTensor *psm_softmax (PsmGraph *g, PsmTensor *x);
+PsmTensor *psm_log_softmax (PsmGraph *g, PsmTensor *x);
+/* mask has x's shape (1 keep, 0 drop); dropped entries get probability 0.
+ * A row with nothing kept yields all zeros. */
+PsmTensor *psm_masked_softmax (PsmGraph *g, PsmTensor *x, const float *mask);
+PsmTensor *psm_masked_log_softmax (PsmGraph *g, PsmTensor *x, const float *mask);
+
+/* --- gather / layout (core/ops/gather.c) --- */
+/* out[i] = table[ids[i]], out [n, E]; backward scatter-adds into table. */
+PsmTensor *psm_embedding (PsmGraph *g, PsmTensor *table, const int32_t *ids, int n);
+/* Row gather: out[i] = x[rows[i]] (x viewed as [R, C]); beam reordering. */
+PsmTensor *psm_gather_rows (PsmGraph *g, PsmTensor *x, const int32_t *rows, int n);
+/* out[i] = x[i, idx[i]] for x [R, C]; idx < 0 gives 0 and no gradient. */
+PsmTensor *psm_pick (PsmGraph *g, PsmTensor *x, const int32_t *idx);
+PsmTensor *psm_concat (PsmGraph *g, PsmTensor *a, PsmTensor *b);   /* last dim */
+PsmTensor *psm_slice (PsmGraph *g, PsmTensor *x, int start, int len); /* last dim */
+/* [D0, D1, C] -> [D1, D0, C]: time-major <-> batch-major. */
+PsmTensor *psm_transpose01 (PsmGraph *g, PsmTensor *x);
+
+/* --- reductions and losses (core/ops/reduce.c, core/ops/loss.c) --- */
+PsmTensor *psm_sum (PsmGraph *g, PsmTensor *x);    /* scalar */
+PsmTensor *psm_mean (PsmGraph *g, PsmTensor *x);   /* scalar */
+/* -(1/W) sum_i w_i logp[i, t_i], W = sum_i w_i (weights may be NULL = 1;
+ * t_i < 0 skipped). logp [R, C]; scalar out. */
+PsmTensor *psm_nll (PsmGraph *g, PsmTensor *logp, const int32_t *targets, const float *weights);
+/* Fused log-softmax + NLL over logits [R, C]; same reduction as psm_nll. */
+PsmTensor *psm_cross_entropy (PsmGraph *g, PsmTensor *logits, const int32_t *targets, const float *weights);
+/* Elementwise -log sigma(x) if z = 1, -log(1 - sigma(x)) if z = 0, times w,
+ * averaged as psm_nll (binary cross-entropy on logits, stable). */
+PsmTensor *psm_bce_logits (PsmGraph *g, PsmTensor *x, const float *z, const float *weights);
+
+/* --- recurrent cells (core/ops/gru.c, core/ops/lstm.c) --- */
+/* Fused GRU cell (the cuDNN/PyTorch form):
+ *   [xr xz xn] = xp (input projection incl. its bias, [B, 3H])
+ *   [hr hz hn] = h W + bh     (W [H, 3H], bh [3H])
+ *   r = s(xr + hr), z = s(xz + hz), n = tanh(xn + r * hn)
+ *   h' = (1 - z) n + z h
+ * mask [B] (may be NULL): where 0, h' = h (padding carries the state). */
+PsmTensor *psm_gru_cell (PsmGraph *g, PsmTensor *xp, PsmTensor *h, PsmTensor *w, PsmTensor *bh, const float *mask);
+/* Whole-sequence GRU: xp [T, B, 3H] -> hs [T, B, H] from h0 [B, H]; the same
+ * cell, with the recurrent weight gradient done as one GEMM over all steps.
+ * mask [T, B] may be NULL. */
+PsmTensor *psm_gru_seq (PsmGraph *g, PsmTensor *xp, PsmTensor *h0, PsmTensor *w, PsmTensor *bh, const float *mask);
+/* Fused LSTM cell: [i f g o] = xp + h W (xp [B, 4H] incl. bias, W [H, 4H]),
+ *   c' = s(f) c + s(i) tanh(g), h' = s(o) tanh(c').
+ * Returns hc [2, B, H]: row block 0 is h', 1 is c' (take them with
+ * psm_tensor_step). mask [B] may be NULL: where 0, (h', c') = (h, c). */
+PsmTensor *psm_lstm_cell (PsmGraph *g, PsmTensor *xp, PsmTensor *h, PsmTensor *c, PsmTensor *w, const float *mask);
+
+/* --- attention (core/ops/attention.c) --- */
+/* ctx[b] = sum_t a[b, t] v[t, b, :]; a [B, T], v [T, B, H] -> [B, H]. */
+PsmTensor *psm_attend (PsmGraph *g, PsmTensor *a, PsmTensor *v);
+
+G_END_DECLS
+#endif

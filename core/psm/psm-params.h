@@ -1,0 +1,70 @@
+/* psm-params.h — all trainable parameters in one buffer, their gradients
+ * and optimiser state in buffers of the same size at the same offsets.
+ * Components register parameters by name while the model is built; the
+ * buffers exist after psm_params_finalize(). */
+#ifndef PSM_PARAMS_H
+#define PSM_PARAMS_H
+#include "psm-tensor.h"
+#include "psm-rng.h"
+G_BEGIN_DECLS
+
+typedef struct PsmParams PsmParams;
+
+typedef enum {
+  PSM_INIT_ZEROS,
+  PSM_INIT_CONST,      /* every entry = scale */
+  PSM_INIT_UNIFORM,    /* U(-scale, scale) */
+  PSM_INIT_NORMAL,     /* N(0, scale^2) */
+  PSM_INIT_XAVIER,     /* U(-a, a), a = sqrt(6 / (fan_in + fan_out)), 2-D */
+  PSM_INIT_ORTHOGONAL  /* each [H, H] block of a [H, kH] matrix orthogonal */
+} PsmInit;
+
+PsmParams *psm_params_new (void);
+void psm_params_free (PsmParams *p);
+/* Returns the parameter's id; names must be unique ("encoder.w_x"). */
+int psm_params_add (PsmParams *p, const char *name, int ndim, const int *shape, PsmInit init, float scale);
+/* Allocates the buffers and initialises every parameter from rng. */
+void psm_params_finalize (PsmParams *p, PsmRng *rng);
+/* A tensor over parameter id's data (and gradient, when g has gradients on). */
+PsmTensor *psm_param (PsmGraph *g, PsmParams *p, int id);
+
+int psm_params_count (const PsmParams *p);
+size_t psm_params_size (const PsmParams *p);           /* total floats */
+const char *psm_params_name (const PsmParams *p, int id);
+int psm_params_find (const PsmParams *p, const char *name);   /* -1 if absent */
+void psm_params_shape (const PsmParams *p, int id, int *ndim, int *shape);
+size_t psm_params_offset (const PsmParams *p, int id);
+float *psm_params_data (PsmParams *p);
+float *psm_params_grad (PsmParams *p);
+void psm_params_zero_grad (PsmParams *p);
+/* Scales gradients so their global L2 norm is at most max_norm (if > 0);
+ * returns the norm before clipping. */
+double psm_params_clip (PsmParams *p, double max_norm);
+
+/* --- optimisers (core/psm-optim.c) --- */
+typedef enum { PSM_OPT_SGD, PSM_OPT_ADAM, PSM_OPT_ADAGRAD, PSM_OPT_ADADELTA } PsmOptKind;
+
+typedef struct {
+  PsmOptKind kind;
+  double lr;
+  double beta1, beta2, eps;    /* adam */
+  double init_accum;           /* adagrad: initial accumulator value */
+  double rho;                  /* adadelta decay; its eps is eps */
+  /* sgd schedule (Zeng et al.): after halve_start steps, halve lr every
+   * halve_every steps (0 = never). */
+  long halve_start, halve_every;
+} PsmOptConfig;
+
+typedef struct PsmOptim PsmOptim;
+PsmOptim *psm_optim_new (const PsmOptConfig *cfg, PsmParams *p);
+void psm_optim_free (PsmOptim *o);
+/* One update from the current gradients; step counts from 0. */
+void psm_optim_step (PsmOptim *o, long step);
+double psm_optim_lr (const PsmOptim *o, long step);
+const char *psm_optim_name (const PsmOptim *o);
+/* State buffers (for checkpoints): n_state slots of psm_params_size floats. */
+int psm_optim_n_state (const PsmOptim *o);
+float *psm_optim_state (PsmOptim *o, int slot);
+
+G_END_DECLS
+#endif

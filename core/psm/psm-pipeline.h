@@ -1,0 +1,92 @@
+/* psm-pipeline.h — pipeline files, model assembly, training and evaluation.
+ * Used by psm-run; a program embedding psm can drive runs the same way. */
+#ifndef PSM_PIPELINE_H
+#define PSM_PIPELINE_H
+#include "psm.h"
+G_BEGIN_DECLS
+
+typedef struct PsmPipeline PsmPipeline;
+
+/* Parses FILE, applies the --set assignments (NULL-terminated, may be NULL),
+ * resolves every plugin and validates every section against its table.
+ * Errors are PSM_CONFIG_ERROR (all problems, one per line) or
+ * PSM_PLUGIN_ERROR; both are usage/config errors (exit 2). */
+PsmPipeline *psm_pipeline_load (const char *file, const char *const *sets, GError **error);
+void psm_pipeline_free (PsmPipeline *pl);
+const char *psm_pipeline_file (const PsmPipeline *pl);
+/* Notes about the pipeline as read (i-th, or NULL past the end): settings
+ * dropped because --set swapped a plugin that does not declare them. */
+const char *psm_pipeline_note (const PsmPipeline *pl, guint i);
+/* A core or plugin section by path: "task", "model.embedding",
+ * "model.encoder", "model.decoder", "model.head", "train",
+ * "train.optimizer", "eval", "decode", "run". NULL if the pipeline has no
+ * such component (no decoder). Owned by pl. */
+const PsmSection *psm_pipeline_section (const PsmPipeline *pl, const char *path);
+const PsmPlugin *psm_pipeline_plugin (const PsmPipeline *pl, const char *path);
+int psm_pipeline_n_metrics (const PsmPipeline *pl);
+const PsmPlugin *psm_pipeline_metric (const PsmPipeline *pl, int i, const PsmSection **section);
+/* The run folder (run.dir, default runs/<pipeline name>). */
+const char *psm_pipeline_run_dir (const PsmPipeline *pl);
+/* Writes the pipeline with overrides applied. */
+gboolean psm_pipeline_write (const PsmPipeline *pl, const char *path, GError **error);
+
+/* Core sections and their tables, for --list and the man page. */
+typedef struct {
+  const char *path;
+  const char *doc;
+  const PsmParamSpec *spec;
+} PsmCoreSection;
+const PsmCoreSection *psm_core_sections (void);   /* ends with path == NULL */
+
+/* ---- model ---- */
+typedef struct PsmModel PsmModel;
+
+/* Builds task, components and parameters (initialised from train.seed).
+ * check: the task keeps every split tiny (psm-run --check). */
+PsmModel *psm_model_new (PsmPipeline *pl, gboolean check, GError **error);
+void psm_model_free (PsmModel *m);
+PsmParams *psm_model_params (PsmModel *m);
+void *psm_model_task (PsmModel *m, const PsmTaskClass **klass);
+/* Mean training loss of a batch on g (records the tape when g has grads). */
+PsmTensor *psm_model_loss (PsmModel *m, PsmGraph *g, const PsmBatch *batch);
+
+typedef struct {
+  double loss;             /* mean per target step */
+  long n_examples;
+  PsmMetricReport metrics[8];
+  const char *metric_names[8];
+  int n_metrics;
+  double primary;          /* first value of the first metric, else loss */
+  gboolean higher_is_better;
+} PsmEvalResult;
+
+/* Evaluates a split (max_examples <= 0: all). If out is not NULL, writes
+ * "hypothesis<TAB>reference" lines of text to it. */
+gboolean psm_model_evaluate (PsmModel *m, PsmSplit split, long max_examples, FILE *out,
+                             PsmEvalResult *res, GError **error);
+
+/* ---- runs ---- */
+typedef struct {
+  gboolean resume;
+  gboolean quiet;
+  int progress;            /* 1: live line (terminal), 0: log lines */
+} PsmTrainOptions;
+
+GQuark psm_run_error_quark (void);
+#define PSM_RUN_ERROR psm_run_error_quark ()
+typedef enum {
+  PSM_RUN_ERROR_USAGE,     /* exit 2: e.g. run folder already holds a run */
+  PSM_RUN_ERROR_FAILED     /* exit 1: NaN loss, I/O, data */
+} PsmRunError;
+
+/* Trains as train.* says, validating every train.eval_every steps and keeping
+ * DIR/best.ckpt; DIR/last.ckpt holds the latest state (for --resume). */
+gboolean psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error);
+/* Loads DIR/best.ckpt (else last.ckpt) and evaluates split; prints metrics. */
+gboolean psm_run_eval (PsmModel *m, PsmSplit split, gboolean write_decodes, GError **error);
+/* psm-run --check: build, a few steps on tiny data, decode, checkpoint
+ * round-trip. Prints one line per stage. */
+gboolean psm_run_check (PsmModel *m, GError **error);
+
+G_END_DECLS
+#endif

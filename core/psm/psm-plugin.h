@@ -1,0 +1,88 @@
+/* psm-plugin.h — the plugin descriptor and loader.
+ *
+ * A plugin is one shared object exporting one symbol, psm_plugin_entry,
+ * returning a PsmPluginDesc. End each plugin file with one PSM_PLUGIN line.
+ * ABI rule (as GStreamer's): same major; plugin minor not newer than the
+ * core's. Structs crossing the boundary start with their size and are only
+ * ever appended to. */
+#ifndef PSM_PLUGIN_H
+#define PSM_PLUGIN_H
+#include <glib.h>
+#include "psm-config.h"
+G_BEGIN_DECLS
+
+#define PSM_ABI_MAJOR 1
+#define PSM_ABI_MINOR 0
+#define PSM_PLUGIN_ENTRY_SYMBOL "psm_plugin_entry"
+
+typedef enum {
+  PSM_KIND_ENCODER = 1,
+  PSM_KIND_DECODER,
+  PSM_KIND_HEAD,
+  PSM_KIND_TASK,
+  PSM_KIND_METRIC,
+  PSM_KIND_LAST = PSM_KIND_METRIC
+} PsmKind;
+
+typedef struct {
+  guint32 struct_size;            /* sizeof (PsmPluginDesc) of the plugin */
+  guint16 abi_major, abi_minor;
+  PsmKind kind;
+  const char *name;               /* file must be psm-<kind>-<name>.so */
+  const char *description;        /* one line */
+  const PsmParamSpec *params;     /* PSM_PARAM_END-terminated; may be NULL */
+  gboolean (*init) (GError **error);  /* once, at load; may be NULL */
+  const void *klass;              /* PsmEncoderClass, PsmHeadClass, ... */
+} PsmPluginDesc;
+
+typedef const PsmPluginDesc *(*PsmPluginEntry) (void);
+
+#define PSM_PLUGIN(kind_, name_, desc_, params_, init_, klass_)                 \
+  G_MODULE_EXPORT const PsmPluginDesc *psm_plugin_entry (void);                \
+  G_MODULE_EXPORT const PsmPluginDesc *psm_plugin_entry (void)                 \
+  {                                                                            \
+    static const PsmPluginDesc d = { sizeof (PsmPluginDesc), PSM_ABI_MAJOR,    \
+                                     PSM_ABI_MINOR, kind_, name_, desc_,       \
+                                     params_, init_, klass_ };                 \
+    return &d;                                                                 \
+  }
+
+#ifndef G_MODULE_EXPORT
+#define G_MODULE_EXPORT __attribute__ ((visibility ("default")))
+#endif
+
+const char *psm_kind_name (PsmKind kind);   /* "encoder", ..., NULL if bad */
+gboolean psm_kind_from_name (const char *name, PsmKind *kind);
+
+/* A loaded plugin (never unloaded). */
+typedef struct {
+  const PsmPluginDesc *desc;
+  char *path;
+} PsmPlugin;
+
+GQuark psm_plugin_error_quark (void);
+#define PSM_PLUGIN_ERROR psm_plugin_error_quark ()
+typedef enum {
+  PSM_PLUGIN_ERROR_NOT_FOUND,
+  PSM_PLUGIN_ERROR_OPEN,       /* dlopen failed (not a shared object, ...) */
+  PSM_PLUGIN_ERROR_NO_ENTRY,   /* not a psm plugin */
+  PSM_PLUGIN_ERROR_ABI,        /* wrong ABI version or struct size */
+  PSM_PLUGIN_ERROR_KIND,       /* bad or unexpected kind, or name mismatch */
+  PSM_PLUGIN_ERROR_INIT,       /* init() failed */
+  PSM_PLUGIN_ERROR_DUPLICATE   /* kind/name already loaded from another file */
+} PsmPluginError;
+
+/* Search path: $PSM_PLUGIN_PATH (':'-separated), then the installed plugin
+ * directory. Returned array owned by the loader. */
+const char *const *psm_plugin_path (void);
+/* Load one file (checks everything above). */
+const PsmPlugin *psm_plugin_load_file (const char *path, GError **error);
+/* Find psm-<kind>-<name>.so on the search path and load it. */
+const PsmPlugin *psm_plugin_find (PsmKind kind, const char *name, GError **error);
+/* Load every psm-*.so on the path (the first of a basename wins); errors of
+ * single files are appended to `errors` (may be NULL). Returns a GPtrArray of
+ * const PsmPlugin * sorted by kind then name; free with g_ptr_array_unref. */
+GPtrArray *psm_plugin_load_all (GPtrArray *errors);
+
+G_END_DECLS
+#endif

@@ -1,0 +1,34 @@
+/* psm-task.h — task plugins: data, vocabularies, batches, pointer targets. */
+#ifndef PSM_TASK_H
+#define PSM_TASK_H
+#include "psm-component.h"
+#include "psm-batch.h"
+#include "psm-rng.h"
+#include "psm-plugin.h"
+G_BEGIN_DECLS
+
+typedef enum { PSM_SPLIT_TRAIN, PSM_SPLIT_VALID, PSM_SPLIT_TEST } PsmSplit;
+
+typedef struct {
+  guint32 size;
+  guint64 seed;         /* train.seed; fixed eval sets derive from it or own seeds */
+  gboolean check;       /* --check: keep every split tiny */
+} PsmTaskCtx;
+
+typedef struct {
+  guint32 size;
+  void *(*create) (const PsmSection *cfg, const PsmTaskCtx *ctx, GError **error);
+  void (*destroy) (void *self);
+  void (*info) (void *self, PsmTaskInfo *info);
+  /* Next training batch of B examples (rng: the run's stream). */
+  gboolean (*train_batch) (void *self, int B, PsmRng *rng, PsmBatch *out, GError **error);
+  int (*n_examples) (void *self, PsmSplit split);
+  /* Examples [start, start + B) of a fixed split (B may be cut at the end). */
+  gboolean (*eval_batch) (void *self, PsmSplit split, int start, int B, PsmBatch *out, GError **error);
+  /* Text of word id (extended space) for example b of batch; owned by the
+   * task or the batch. */
+  const char *(*token_text) (void *self, const PsmBatch *batch, int b, int32_t id);
+} PsmTaskClass;
+
+G_END_DECLS
+#endif

@@ -1,0 +1,235 @@
+/* pointer_softmax — Gulcehre et al. 2016, eq. 4-10.
+ *
+ * Two softmaxes and a switch, all conditioned on the step state c (for the
+ * rarest-word task, the encoder summary):
+ *   shortlist  u_w = tanh(c W_w + b_w),     w_t = softmax(u_w U_w + b_U)
+ *   location   location = "summary" (§5.1: l_t conditioned on c only):
+ *                u_l = tanh(c W_l + b_l),  l_t = softmax_j((u_l U_l + b_L)_j)
+ *              over the positions j < T (the task's max_src_len outputs);
+ *              location = "pointer" (a pointer network over annotations h_j):
+ *                e_j = v^T tanh(h_j W_k + c W_q + b_q),  l_t = softmax_j(e_j),
+ *                latent u_l = sum_j l_tj h_j (the pointed annotation)
+ *   switch     x = v_d^T relu([u_w; u_l] W_d + b_d) + b_v,  d_t = s(k x)
+ *              (MLP on the latent representations of w_t and l_t, inverse
+ *              temperature k, paper: 2; b_v starts at switch_bias, paper: -1)
+ * Training observes the switch z_t (1 = shortlist, 0 = point):
+ *   -log p(y_t, z_t) = -log d_t - log w_t[y_t]            if z_t = 1
+ *                      -log(1 - d_t) - log l_t[loc_t]     if z_t = 0
+ * averaged over target steps. Decoding scores the concatenation
+ * [log d_t + log w_t ; log(1 - d_t) + log l_t] and takes the best slot:
+ * a shortlist word, or the word at a source position. */
+#include <math.h>
+#include <string.h>
+#include <psm/psm.h>
+
+typedef struct {
+  int Hs, Ha, V, hidden, attn, sw, maxT;
+  gboolean summary;              /* location from c alone (§5.1) */
+  float k;
+  int w_w, b_w, u_w, b_U;        /* shortlist */
+  int w_k, w_q, b_q, v_a;        /* location: pointer network */
+  int w_l, b_l, u_l, b_L;        /* location: from the summary */
+  int w_d, b_d, v_d, b_v;        /* switch */
+} PointerSoftmax;
+
+static const PsmParamSpec params[] = {
+  { "hidden", PSM_PARAM_INT, "256", 1, 65536, "shortlist latent layer u_w", NULL },
+  { "location", PSM_PARAM_CHOICE, "pointer", PSM_NO_RANGE,
+    "location softmax: pointer network over annotations, or from the summary c only (§5.1)", "pointer|summary" },
+  { "attn_dim", PSM_PARAM_INT, "256", 1, 65536, "location latent layer (pointer scores or u_l)", NULL },
+  { "switch_hidden", PSM_PARAM_INT, "128", 1, 65536, "switch MLP hidden layer", NULL },
+  { "temperature", PSM_PARAM_FLOAT, "2", 0.01, 100, "inverse temperature k of d = s(k x) (paper: 2)", NULL },
+  { "switch_bias", PSM_PARAM_FLOAT, "-1", -100, 100, "initial bias of the switch output (paper: -1)", NULL },
+  PSM_PARAM_END
+};
+
+static void *
+ps_create (const PsmSection *cfg, const PsmBuildCtx *ctx, GError **error)
+{
+  if (ctx->has_attention) {
+    g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID,
+                 "%s: reusing a decoder's attention as the location softmax is not implemented yet",
+                 psm_section_path (cfg));
+    return NULL;
+  }
+  PointerSoftmax *s = g_new0 (PointerSoftmax, 1);
+  s->Hs = ctx->state_dim;
+  s->Ha = ctx->enc_dim;
+  s->V = ctx->task->tgt_vocab;
+  s->hidden = (int) psm_section_int (cfg, "hidden");
+  s->attn = (int) psm_section_int (cfg, "attn_dim");
+  s->sw = (int) psm_section_int (cfg, "switch_hidden");
+  s->k = (float) psm_section_float (cfg, "temperature");
+  s->w_w = psm_build_matrix (ctx, "shortlist.w", s->Hs, s->hidden, PSM_INIT_XAVIER, 0);
+  s->b_w = psm_build_vector (ctx, "shortlist.b", s->hidden, PSM_INIT_ZEROS, 0);
+  s->u_w = psm_build_matrix (ctx, "shortlist.out_w", s->hidden, s->V, PSM_INIT_XAVIER, 0);
+  s->b_U = psm_build_vector (ctx, "shortlist.out_b", s->V, PSM_INIT_ZEROS, 0);
+  s->summary = strcmp (psm_section_string (cfg, "location"), "summary") == 0;
+  s->maxT = ctx->task->max_src_len;
+  if (s->summary) {
+    s->w_l = psm_build_matrix (ctx, "location.w", s->Hs, s->attn, PSM_INIT_XAVIER, 0);
+    s->b_l = psm_build_vector (ctx, "location.b", s->attn, PSM_INIT_ZEROS, 0);
+    s->u_l = psm_build_matrix (ctx, "location.out_w", s->attn, s->maxT, PSM_INIT_XAVIER, 0);
+    s->b_L = psm_build_vector (ctx, "location.out_b", s->maxT, PSM_INIT_ZEROS, 0);
+  } else {
+    s->w_k = psm_build_matrix (ctx, "location.w_key", s->Ha, s->attn, PSM_INIT_XAVIER, 0);
+    s->w_q = psm_build_matrix (ctx, "location.w_query", s->Hs, s->attn, PSM_INIT_XAVIER, 0);
+    s->b_q = psm_build_vector (ctx, "location.b", s->attn, PSM_INIT_ZEROS, 0);
+    s->v_a = psm_build_matrix (ctx, "location.v", s->attn, 1, PSM_INIT_XAVIER, 0);
+  }
+  int lat = s->summary ? s->attn : s->Ha;
+  s->w_d = psm_build_matrix (ctx, "switch.w", s->hidden + lat, s->sw, PSM_INIT_XAVIER, 0);
+  s->b_d = psm_build_vector (ctx, "switch.b", s->sw, PSM_INIT_ZEROS, 0);
+  s->v_d = psm_build_matrix (ctx, "switch.out_w", s->sw, 1, PSM_INIT_XAVIER, 0);
+  s->b_v = psm_build_vector (ctx, "switch.out_b", 1, PSM_INIT_CONST,
+                             (float) psm_section_float (cfg, "switch_bias"));
+  return s;
+}
+
+static void ps_destroy (void *self) { g_free (self); }
+
+typedef struct {
+  PsmTensor *logp_w;   /* [B, V] */
+  PsmTensor *logp_l;   /* [B, T] */
+  PsmTensor *kx;       /* [B, 1] switch logit k x */
+} Step;
+
+/* Source mask [T, B] -> [B, T] for the location softmax. */
+static float *
+mask_bt (PsmGraph *g, const PsmEncoding *enc)
+{
+  float *m = psm_arena_alloc (psm_graph_arena (g), (size_t) enc->T * enc->B * sizeof (float));
+  for (int t = 0; t < enc->T; t++)
+    for (int b = 0; b < enc->B; b++)
+      m[(size_t) b * enc->T + t] = enc->mask[(size_t) t * enc->B + b];
+  return m;
+}
+
+static void
+forward_step (PointerSoftmax *s, PsmGraph *g, PsmParams *p, const PsmEncoding *enc,
+              PsmTensor *keys, const float *mbt, PsmTensor *c, Step *out)
+{
+  int T = enc->T, B = enc->B;
+  /* shortlist */
+  PsmTensor *uw = psm_tanh (g, psm_linear (g, c, psm_param (g, p, s->w_w), psm_param (g, p, s->b_w)));
+  out->logp_w = psm_log_softmax (g, psm_linear (g, uw, psm_param (g, p, s->u_w), psm_param (g, p, s->b_U)));
+  PsmTensor *scbt, *ul;
+  if (s->summary) {
+    /* location from c alone: scores for the first T of maxT positions */
+    ul = psm_tanh (g, psm_linear (g, c, psm_param (g, p, s->w_l), psm_param (g, p, s->b_l)));
+    scbt = psm_linear (g, ul, psm_param (g, p, s->u_l), psm_param (g, p, s->b_L));
+    if (T < s->maxT)
+      scbt = psm_slice (g, scbt, 0, T);
+    out->logp_l = psm_masked_log_softmax (g, scbt, mbt);
+  } else {
+    /* pointer network over the annotations */
+    PsmTensor *q = psm_linear (g, c, psm_param (g, p, s->w_q), psm_param (g, p, s->b_q));
+    PsmTensor *e = psm_tanh (g, psm_add (g, keys, q));                        /* [T, B, A] */
+    PsmTensor *sc = psm_matmul (g, e, psm_param (g, p, s->v_a), FALSE, FALSE); /* [T, B, 1] */
+    int tb[2] = { T, B };
+    scbt = psm_transpose01 (g, psm_tensor_reshape (g, sc, 2, tb));           /* [B, T] */
+    out->logp_l = psm_masked_log_softmax (g, scbt, mbt);
+    PsmTensor *l = psm_masked_softmax (g, scbt, mbt);
+    ul = psm_attend (g, l, enc->annotations);                                 /* [B, Ha] */
+  }
+  /* switch */
+  PsmTensor *hd = psm_relu (g, psm_linear (g, psm_concat (g, uw, ul), psm_param (g, p, s->w_d),
+                                           psm_param (g, p, s->b_d)));
+  PsmTensor *x = psm_linear (g, hd, psm_param (g, p, s->v_d), psm_param (g, p, s->b_v));
+  out->kx = psm_scale (g, x, s->k);
+  (void) B;
+}
+
+static PsmTensor *
+ps_loss (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const PsmDecOut *out,
+         const PsmBatch *batch)
+{
+  PointerSoftmax *s = self;
+  int B = out->B;
+  PsmTensor *keys = s->summary ? NULL : psm_matmul (g, enc->annotations, psm_param (g, p, s->w_k), FALSE, FALSE);
+  float *mbt = mask_bt (g, enc);
+  double W = 0.0;
+  for (int i = 0; i < out->Ty * B; i++)
+    W += batch->tgt_mask[i];
+  PsmTensor *total = NULL;
+  float *ws = g_newa (float, B), *wl = g_newa (float, B);
+  for (int t = 0; t < out->Ty; t++) {
+    Step st;
+    forward_step (s, g, p, enc, keys, mbt, psm_tensor_step (g, out->state, t), &st);
+    const float *m = batch->tgt_mask + (size_t) t * B, *z = batch->tgt_switch + (size_t) t * B;
+    double Wm = 0.0, Ws = 0.0, Wl = 0.0;
+    for (int b = 0; b < B; b++) {
+      ws[b] = m[b] * z[b];
+      wl[b] = m[b] * (1.0f - z[b]);
+      Wm += m[b];
+      Ws += ws[b];
+      Wl += wl[b];
+    }
+    if (Wm == 0.0)
+      continue;
+    /* Each op averages over its own weight; rescale to a mean over all W. */
+    PsmTensor *lt = psm_scale (g, psm_bce_logits (g, st.kx, z, m), (float) (Wm / W));
+    if (Ws > 0)
+      lt = psm_add (g, lt, psm_scale (g, psm_nll (g, st.logp_w, batch->tgt + (size_t) t * B, ws), (float) (Ws / W)));
+    if (Wl > 0)
+      lt = psm_add (g, lt, psm_scale (g, psm_nll (g, st.logp_l, batch->tgt_loc + (size_t) t * B, wl), (float) (Wl / W)));
+    total = total ? psm_add (g, total, lt) : lt;
+  }
+  if (!total) {
+    int one = 1;
+    total = psm_tensor_zeros (g, 1, &one, FALSE);
+  }
+  return total;
+}
+
+static int
+ps_space (void *self, const PsmBatch *batch)
+{
+  return ((PointerSoftmax *) self)->V + batch->T;
+}
+
+static inline double
+softplus (double x)
+{
+  return x > 0 ? x + log1p (exp (-x)) : log1p (exp (x));
+}
+
+static PsmTensor *
+ps_scores (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const PsmDecOut *out,
+           const PsmBatch *batch)
+{
+  PointerSoftmax *s = self;
+  int B = out->B, T = enc->T, S = s->V + T;
+  PsmTensor *keys = s->summary ? NULL : psm_matmul (g, enc->annotations, psm_param (g, p, s->w_k), FALSE, FALSE);
+  Step st;
+  forward_step (s, g, p, enc, keys, mask_bt (g, enc), psm_tensor_step (g, out->state, 0), &st);
+  int shape[2] = { B, S };
+  PsmTensor *sc = psm_tensor_new (g, 2, shape, FALSE);
+  for (int b = 0; b < B; b++) {
+    double kx = st.kx->data[b];
+    float log_d = (float) -softplus (-kx), log_1md = (float) -softplus (kx);
+    float *row = sc->data + (size_t) b * S;
+    for (int v = 0; v < s->V; v++)
+      row[v] = log_d + st.logp_w->data[(size_t) b * s->V + v];
+    for (int j = 0; j < T; j++)
+      row[s->V + j] = log_1md + st.logp_l->data[(size_t) b * T + j];
+  }
+  return sc;
+}
+
+static int32_t
+ps_slot_token (void *self, const PsmBatch *batch, int b, int slot)
+{
+  PointerSoftmax *s = self;
+  if (slot < s->V)
+    return slot;
+  return PSM_AT (batch->src_ext, batch, slot - s->V, b);
+}
+
+static const PsmHeadClass klass = {
+  sizeof (PsmHeadClass), ps_create, ps_destroy, ps_loss, ps_space, ps_scores, ps_slot_token, NULL
+};
+
+PSM_PLUGIN (PSM_KIND_HEAD, "pointer_softmax",
+            "Gulcehre et al. 2016: shortlist softmax + location softmax + observed switch d = s(k x)",
+            params, NULL, &klass)

@@ -1,0 +1,70 @@
+/* softmax — the plain output layer: p(y | s) = softmax(u W + b) over the
+ * shortlist, with u = s, or u = tanh(s W_u + b_u) with `hidden` > 0 (the
+ * deep output of Bahdanau et al. / Gulcehre et al. eq. 3). Loss: mean
+ * cross-entropy of the shortlist target (unk where the word is outside). */
+#include <psm/psm.h>
+
+typedef struct {
+  int H, V, hidden;
+  int w_u, b_u, w_o, b_o;
+} Softmax;
+
+static const PsmParamSpec params[] = {
+  { "hidden", PSM_PARAM_INT, "0", 0, 65536, "tanh layer before the softmax (0 = none)", NULL },
+  PSM_PARAM_END
+};
+
+static void *
+sm_create (const PsmSection *cfg, const PsmBuildCtx *ctx, GError **error)
+{
+  Softmax *s = g_new0 (Softmax, 1);
+  s->H = ctx->state_dim;
+  s->V = ctx->task->tgt_vocab;
+  s->hidden = (int) psm_section_int (cfg, "hidden");
+  int in = s->H;
+  if (s->hidden) {
+    s->w_u = psm_build_matrix (ctx, "w_u", s->H, s->hidden, PSM_INIT_XAVIER, 0);
+    s->b_u = psm_build_vector (ctx, "b_u", s->hidden, PSM_INIT_ZEROS, 0);
+    in = s->hidden;
+  }
+  s->w_o = psm_build_matrix (ctx, "w_o", in, s->V, PSM_INIT_XAVIER, 0);
+  s->b_o = psm_build_vector (ctx, "b_o", s->V, PSM_INIT_ZEROS, 0);
+  return s;
+}
+
+static void sm_destroy (void *self) { g_free (self); }
+
+static PsmTensor *
+logits (Softmax *s, PsmGraph *g, PsmParams *p, PsmTensor *state)
+{
+  PsmTensor *u = state;
+  if (s->hidden)
+    u = psm_tanh (g, psm_linear (g, u, psm_param (g, p, s->w_u), psm_param (g, p, s->b_u)));
+  return psm_linear (g, u, psm_param (g, p, s->w_o), psm_param (g, p, s->b_o));
+}
+
+static PsmTensor *
+sm_loss (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const PsmDecOut *out,
+         const PsmBatch *batch)
+{
+  /* All Ty steps in one GEMM: rows of [Ty, B, V] follow tgt's [Ty, B]. */
+  return psm_cross_entropy (g, logits (self, g, p, out->state), batch->tgt, batch->tgt_mask);
+}
+
+static int sm_space (void *self, const PsmBatch *batch) { return ((Softmax *) self)->V; }
+
+static PsmTensor *
+sm_scores (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const PsmDecOut *out,
+           const PsmBatch *batch)
+{
+  PsmTensor *l = logits (self, g, p, psm_tensor_step (g, out->state, 0));
+  return psm_log_softmax (g, l);
+}
+
+static int32_t sm_slot_token (void *self, const PsmBatch *batch, int b, int slot) { return slot; }
+
+static const PsmHeadClass klass = {
+  sizeof (PsmHeadClass), sm_create, sm_destroy, sm_loss, sm_space, sm_scores, sm_slot_token, NULL
+};
+
+PSM_PLUGIN (PSM_KIND_HEAD, "softmax", "softmax over the shortlist vocabulary (the baseline)", params, NULL, &klass)

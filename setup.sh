@@ -1,0 +1,33 @@
+#!/bin/sh
+# psm set-up on Debian 12: install the build dependencies with apt-get,
+# build, and (unless --no-run) train and test the README's main job, the
+# rarest-word pointer-softmax pipeline (small variant, ~10 minutes on 2 cores).
+#   ./setup.sh            install, build, run the main job
+#   ./setup.sh --no-run   install and build only (.ci/run uses this)
+set -eu
+cd "$(dirname "$0")"
+run=yes
+[ "${1:-}" = "--no-run" ] && run=no
+
+pkgs="build-essential autoconf automake libtool pkg-config libglib2.0-dev libconfig-dev
+      libopenblas-openmp-dev check"
+missing=""
+for p in $pkgs; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  echo "setup: installing Debian packages:$missing"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -q
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing
+fi
+
+[ -x configure ] || autoreconf -fi
+[ -f Makefile ] || ./configure CFLAGS="${CFLAGS:--O2 -g}"
+make -j"$(nproc)"
+
+if [ "$run" = yes ]; then
+  echo "setup: training pipelines/rarest_word_ps_small.cfg (run folder runs/rarest_word_ps_small)"
+  ./psm pipelines/rarest_word_ps_small.cfg
+fi

@@ -1,0 +1,89 @@
+#!/bin/sh
+# psm-run as a user meets it: exit codes, messages naming file/line/key,
+# run folders never overwritten, same seed -> same losses, --resume exact,
+# NaN guard, corrupt checkpoint, decode output, --list.
+set -u
+run="$top_builddir/tools/psm-run"
+fixtures="$top_builddir/tests/.libs"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/psm-cli-XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+n=0
+ok () { n=$((n + 1)); echo "ok $n - $1"; }
+bad () { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; [ -f "$tmp/out" ] && sed 's/^/    /' "$tmp/out"; }
+# expect CODE DESCRIPTION PATTERN -- ARGS...: run, check exit code and output
+expect () {
+  code=$1; desc=$2; pat=$3; shift 4
+  "$@" > "$tmp/out" 2>&1
+  rc=$?
+  if [ "$rc" -eq "$code" ] && grep -q -- "$pat" "$tmp/out"; then ok "$desc"; else echo "    (exit $rc, wanted $code; pattern: $pat)"; bad "$desc"; fi
+}
+
+cat > "$tmp/tiny.cfg" <<CFG
+task = { plugin = "rarest_word"; vocab = 40; length = 5; pointer_words = 5;
+         geometric_p = 0.02; valid_size = 40; test_size = 60; };
+model = { embedding = { dim = 8; };
+          encoder = { plugin = "gru"; hidden = 16; };
+          head = { plugin = "pointer_softmax"; location = "summary"; hidden = 16; attn_dim = 8; switch_hidden = 8; }; };
+train = { batch = 16; steps = 30; eval_every = 10; log_every = 5;
+          optimizer = { name = "adam"; lr = 0.01; }; };
+eval = { batch = 25; };
+metrics = ( "error_rate" );
+CFG
+
+expect 0 "--help" "--resume" -- "$run" --help
+expect 0 "--version" "plugin ABI 1.0" -- "$run" --version
+expect 0 "--list shows plugins and their parameters" "temperature" -- "$run" --list
+grep -q "rarest_word" "$tmp/out" && grep -q "train.optimizer" "$tmp/out" && ok "--list shows tasks and core sections" || bad "--list shows tasks and core sections"
+expect 2 "no pipeline: usage error" "expected one pipeline file" -- "$run"
+expect 2 "bad option value" "expected all, train, eval or decode" -- "$run" --mode fly "$tmp/tiny.cfg"
+expect 2 "missing pipeline file" "nope.cfg: cannot read pipeline: no such file" -- "$run" "$tmp/nope.cfg"
+sed 's/length = 5;/length = 0; lenght = 5;/' "$tmp/tiny.cfg" > "$tmp/bad.cfg"
+expect 2 "config errors name file, line and key" "bad.cfg:1: task.length: value 0 out of range" -- "$run" "$tmp/bad.cfg"
+grep -q "bad.cfg:1: task.lenght: unknown key" "$tmp/out" && ok "all config errors reported at once" || bad "all config errors reported at once"
+expect 2 "--set swaps to an unknown head" "--set model.head.plugin: no head plugin named 'nosuch'" -- "$run" --check "$tmp/tiny.cfg" --set model.head.plugin=nosuch
+expect 0 "--set swaps the head for an ablation" "check: OK" -- "$run" --check "$tmp/tiny.cfg" --set model.head.plugin=softmax
+grep -q "tiny.cfg:5: model.head.switch_hidden: ignored: not a parameter of head 'softmax' (set by --set)" "$tmp/out" && ok "the swapped head's foreign keys are dropped with a note" || bad "foreign keys noted"
+expect 2 "keys given by --set are still validated after a swap" "--set model.head.temperature: unknown key" -- \
+  "$run" --check "$tmp/tiny.cfg" --set model.head.plugin=softmax --set model.head.temperature=3
+
+# training, determinism, no overwrite
+expect 0 "train + test" "test (.*best.ckpt) step" -- "$run" "$tmp/tiny.cfg" --set "run.dir=$tmp/a"
+for f in last.ckpt best.ckpt log.jsonl pipeline.cfg; do [ -s "$tmp/a/$f" ] || bad "run folder holds $f"; done
+grep -q '"split": "valid".*"error_rate"' "$tmp/a/log.jsonl" && grep -q '"split": "test"' "$tmp/a/log.jsonl" && ok "JSON log has train, valid and test records" || bad "JSON log records"
+sum=$(cksum < "$tmp/a/last.ckpt")
+expect 2 "a second run never overwrites a run folder" "already holds a run" -- "$run" "$tmp/tiny.cfg" --set "run.dir=$tmp/a"
+[ "$(cksum < "$tmp/a/last.ckpt")" = "$sum" ] && ok "checkpoint untouched" || bad "checkpoint untouched"
+expect 0 "same seed, second run" "trained 30 steps" -- "$run" --mode train "$tmp/tiny.cfg" --set "run.dir=$tmp/b"
+losses () { grep '"split": "train"' "$1" | sed 's/.*"loss": \([^,]*\),.*/\1/'; }
+[ -n "$(losses "$tmp/a/log.jsonl")" ] && [ "$(losses "$tmp/a/log.jsonl")" = "$(losses "$tmp/b/log.jsonl")" ] && ok "same seed gives the same losses" || bad "same seed gives the same losses"
+expect 0 "another seed" "trained 30 steps" -- "$run" --mode train "$tmp/tiny.cfg" --set "run.dir=$tmp/c" --set train.seed=2
+[ "$(losses "$tmp/a/log.jsonl")" != "$(losses "$tmp/c/log.jsonl")" ] && ok "another seed gives other losses" || bad "another seed gives other losses"
+
+# resume: 20 steps then 10 more == 30 straight
+expect 0 "train 20 steps" "trained 20 steps" -- "$run" --mode train "$tmp/tiny.cfg" --set "run.dir=$tmp/r" --set train.steps=20
+expect 0 "--resume to 30" "resumed .* at step 20" -- "$run" --mode train --resume "$tmp/tiny.cfg" --set "run.dir=$tmp/r"
+cmp -s "$tmp/b/last.ckpt" "$tmp/r/last.ckpt" && ok "resumed run ends bit-identical to the straight run" || bad "resumed run ends bit-identical"
+expect 2 "--resume without a run" "nothing to resume" -- "$run" --resume "$tmp/tiny.cfg" --set "run.dir=$tmp/none"
+
+# corrupt checkpoint
+cp -r "$tmp/r" "$tmp/corrupt"
+printf 'X' | dd of="$tmp/corrupt/last.ckpt" bs=1 seek=200 conv=notrunc 2>/dev/null
+expect 1 "corrupt checkpoint is refused" "checksum mismatch" -- "$run" --mode train --resume "$tmp/tiny.cfg" --set "run.dir=$tmp/corrupt" --set train.steps=40
+
+# eval and decode from the best checkpoint
+expect 0 "eval on valid" "valid (.*best.ckpt)" -- "$run" --mode eval --split valid "$tmp/tiny.cfg" --set "run.dir=$tmp/a"
+expect 0 "decode writes outputs" "decodes written to" -- "$run" --mode decode "$tmp/tiny.cfg" --set "run.dir=$tmp/a"
+[ "$(wc -l < "$tmp/a/decode.test.txt")" -eq 60 ] && grep -q '^w[0-9]*	w[0-9]*$' "$tmp/a/decode.test.txt" && ok "one decode line per test example" || bad "decode lines"
+
+# NaN loss: stop, name the step, keep the last good checkpoint
+export PSM_PLUGIN_PATH="$PSM_PLUGIN_PATH:$fixtures"
+expect 1 "NaN loss stops training and names the step" "step 25: training loss is NaN; training stopped" -- \
+  "$run" --mode train "$tmp/tiny.cfg" --set "run.dir=$tmp/nan" --set model.head.plugin=nan --set model.head.nan_after=25
+[ -s "$tmp/nan/last.ckpt" ] && ok "the last good checkpoint is there" || bad "the last good checkpoint is there"
+expect 0 "and training resumes from it (step 20, before the NaN)" "resumed .*last.ckpt at step 20" -- \
+  "$run" --mode train --resume "$tmp/tiny.cfg" --set "run.dir=$tmp/nan" --set model.head.plugin=nan --set model.head.nan_after=100
+expect 1 "--list names broken plugins on the path" "not a psm plugin" -- "$run" --list
+
+echo "Checks: $n, Failures: $fails"
+[ "$fails" -eq 0 ]

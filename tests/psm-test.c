@@ -1,0 +1,117 @@
+/* psm-test.c — gradient checker and small helpers for the Check tests. */
+#include "config.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "psm-test.h"
+#include <libconfig.h>
+#include "psm-config-private.h"
+
+void
+psm_test_fill (float *x, size_t n, float a, PsmRng *rng)
+{
+  for (size_t i = 0; i < n; i++)
+    x[i] = (float) ((2.0 * psm_rng_uniform (rng) - 1.0) * a);
+}
+
+PsmTensor *
+psm_test_project (PsmGraph *g, PsmTensor *y)
+{
+  PsmTensor *r = psm_tensor_new (g, y->ndim, y->shape, FALSE);
+  PsmRng rng;
+  psm_rng_seed (&rng, 4242);
+  psm_test_fill (r->data, r->n, 1.0f, &rng);
+  return psm_sum (g, psm_mul (g, y, r));
+}
+
+static double
+eval_loss (PsmLossFn f, void *ud)
+{
+  PsmGraph *g = psm_graph_new ();
+  psm_graph_set_grad (g, FALSE);
+  double v = f (g, ud)->data[0];
+  psm_graph_free (g);
+  return v;
+}
+
+double
+psm_test_gradcheck (const char *what, PsmLossFn f, void *ud, float *x, float *gx, size_t n,
+                    float eps, double atol, double rtol, int max_checks)
+{
+  memset (gx, 0, n * sizeof (float));
+  PsmGraph *g = psm_graph_new ();
+  PsmTensor *loss = f (g, ud);
+  ck_assert_msg (loss->grad != NULL, "%s: loss does not depend on the checked values", what);
+  psm_backward (g, loss);
+  psm_graph_free (g);
+  float *analytic = g_memdup2 (gx, n * sizeof (float));
+  size_t stride = n > (size_t) max_checks ? n / max_checks : 1;
+  double worst = 0.0;
+  for (size_t i = 0; i < n; i += stride) {
+    float keep = x[i];
+    x[i] = keep + eps;
+    double lp = eval_loss (f, ud);
+    x[i] = keep - eps;
+    double lm = eval_loss (f, ud);
+    x[i] = keep;
+    double num = (lp - lm) / (2.0 * eps), an = analytic[i];
+    double bound = atol + rtol * MAX (fabs (an), fabs (num));
+    double ratio = fabs (an - num) / bound;
+    ck_assert_msg (ratio <= 1.0, "%s: gradient mismatch at %zu: analytic %.6g, numeric %.6g (bound %.3g)",
+                   what, i, an, num, bound);
+    worst = MAX (worst, ratio);
+  }
+  g_free (analytic);
+  return worst;
+}
+
+void
+psm_test_plugin_env (void)
+{
+  if (!g_getenv ("PSM_PLUGIN_PATH"))
+    g_setenv ("PSM_PLUGIN_PATH", PSM_TEST_PLUGIN_DIR, TRUE);
+}
+
+int
+psm_test_run (Suite *s)
+{
+  SRunner *sr = srunner_create (s);
+  srunner_run_all (sr, CK_NORMAL);
+  int failed = srunner_ntests_failed (sr);
+  srunner_free (sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
+
+const PsmSection *
+psm_test_section (const char *text, const char *path, const PsmParamSpec *spec, char **errors)
+{
+  config_t *cfg = g_new0 (config_t, 1);   /* kept: sections point into it */
+  config_init (cfg);
+  char *full = g_strdup_printf ("s = {\n%s\n};\n", text);
+  ck_assert_msg (config_read_string (cfg, full), "inline config does not parse: %s (line %d)",
+                 config_error_text (cfg), config_error_line (cfg));
+  g_free (full);
+  config_setting_t *grp = config_lookup (cfg, "s");
+  GPtrArray *errs = g_ptr_array_new_with_free_func (g_free);
+  const char *extra[] = { "plugin", NULL };
+  psm_validate_group ("inline.cfg", grp, path, spec, extra, errs);
+  if (errs->len) {
+    g_ptr_array_add (errs, NULL);
+    if (errors)
+      *errors = g_strjoinv ("\n", (char **) errs->pdata);
+    g_ptr_array_unref (errs);
+    return NULL;
+  }
+  g_ptr_array_unref (errs);
+  return psm_section_new (spec, grp, path, "inline.cfg");
+}
+
+const PsmPluginDesc *
+psm_test_plugin (PsmKind kind, const char *name)
+{
+  psm_test_plugin_env ();
+  GError *e = NULL;
+  const PsmPlugin *pl = psm_plugin_find (kind, name, &e);
+  ck_assert_msg (pl != NULL, "cannot load plugin: %s", e ? e->message : "?");
+  return pl->desc;
+}

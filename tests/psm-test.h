@@ -1,0 +1,36 @@
+/* psm-test.h — helpers shared by psm's Check tests. */
+#ifndef PSM_TEST_H
+#define PSM_TEST_H
+#include <check.h>
+#include <psm/psm.h>
+
+/* Builds a scalar loss on g from the inputs the test closes over. */
+typedef PsmTensor *(*PsmLossFn) (PsmGraph *g, void *ud);
+
+/* Finite-difference gradient check of x[0..n) (analytic gradient read from
+ * gx after one backward pass; gx must be the buffer the loss's tensors use).
+ * Central differences with step eps, evaluated in float32 and accumulated in
+ * double. Checks at most max_checks evenly spread indices. An entry passes when
+ * |analytic - numeric| <= atol + rtol * max(|analytic|, |numeric|).
+ * Returns the largest violation ratio (<= 1 means pass) and fails the test
+ * with the index and both values otherwise. */
+double psm_test_gradcheck (const char *what, PsmLossFn f, void *ud, float *x, float *gx, size_t n,
+                           float eps, double atol, double rtol, int max_checks);
+
+/* Fills x with U(-a, a). */
+void psm_test_fill (float *x, size_t n, float a, PsmRng *rng);
+/* L = sum_i r_i y_i with fixed pseudo-random r: a generic scalar of y. */
+PsmTensor *psm_test_project (PsmGraph *g, PsmTensor *y);
+/* Sets PSM_PLUGIN_PATH to the build tree's plugins (if unset). */
+void psm_test_plugin_env (void);
+/* A section parsed from inline libconfig text `text` (the section's body)
+ * and validated against spec; on validation errors returns NULL and sets
+ * *errors to the joined messages (g_free). The file name in messages is
+ * "inline.cfg". Sections stay valid until the process exits. */
+const PsmSection *psm_test_section (const char *text, const char *path, const PsmParamSpec *spec,
+                                    char **errors);
+/* Loads psm-<kind>-<name>.so from the build tree; fails the test otherwise. */
+const PsmPluginDesc *psm_test_plugin (PsmKind kind, const char *name);
+/* Runs the suite; exit status for automake. */
+int psm_test_run (Suite *s);
+#endif

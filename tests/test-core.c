@@ -1,0 +1,299 @@
+/* test-core.c — arena and graph, RNG, parameters, optimisers (against
+ * hand-computed updates), gradient clipping, checkpoints (round trip,
+ * corruption, mismatch, atomic replacement). */
+#include "config.h"
+#include <math.h>
+#include <string.h>
+#include <unistd.h>
+#include <glib/gstdio.h>
+#include "psm-test.h"
+
+START_TEST (test_arena)
+{
+  PsmArena *a = psm_arena_new (1024);
+  void *p1 = psm_arena_alloc (a, 100);
+  ck_assert (((uintptr_t) p1 & 63) == 0);
+  for (int i = 0; i < 100; i++)
+    psm_arena_alloc (a, 4000);   /* spills into new blocks */
+  size_t used = psm_arena_used (a);
+  ck_assert_uint_ge (used, 400000);
+  psm_arena_reset (a);
+  ck_assert_uint_eq (psm_arena_used (a), 0);
+  /* after reset one block holds a step of the same size: same first address */
+  void *q1 = psm_arena_alloc (a, 100);
+  for (int i = 0; i < 100; i++)
+    psm_arena_alloc (a, 4000);
+  psm_arena_reset (a);
+  ck_assert_ptr_eq (psm_arena_alloc (a, 100), q1);
+  psm_arena_free (a);
+}
+END_TEST
+
+START_TEST (test_views_share_grad)
+{
+  PsmGraph *g = psm_graph_new ();
+  int s[3] = { 3, 2, 4 };
+  PsmTensor *x = psm_tensor_zeros (g, 3, s, TRUE);
+  for (size_t i = 0; i < x->n; i++)
+    x->data[i] = (float) i;
+  PsmTensor *step = psm_tensor_step (g, x, 1);
+  ck_assert_int_eq (step->ndim, 2);
+  ck_assert (step->data[0] == 8.0f);
+  PsmTensor *loss = psm_sum (g, psm_scale (g, step, 3.0f));
+  psm_backward (g, loss);
+  for (size_t i = 0; i < x->n; i++)
+    ck_assert (x->grad[i] == ((i >= 8 && i < 16) ? 3.0f : 0.0f));
+  /* no-grad mode records nothing and allocates no gradients */
+  psm_graph_reset (g);
+  psm_graph_set_grad (g, FALSE);
+  PsmTensor *y = psm_tensor_zeros (g, 3, s, TRUE);
+  ck_assert (y->grad == NULL);
+  psm_sum (g, psm_tanh (g, y));
+  ck_assert_uint_eq (psm_graph_n_nodes (g), 0);
+  psm_graph_free (g);
+}
+END_TEST
+
+START_TEST (test_rng)
+{
+  PsmRng a, b;
+  psm_rng_seed (&a, 7);
+  psm_rng_seed (&b, 7);
+  for (int i = 0; i < 1000; i++)
+    ck_assert_uint_eq (psm_rng_u32 (&a), psm_rng_u32 (&b));
+  psm_rng_seed (&b, 8);
+  ck_assert_uint_ne (psm_rng_u32 (&a), psm_rng_u32 (&b));
+  /* below(n) is uniform enough: each of 10 bins within 10% of 1000 */
+  int bins[10] = { 0 };
+  double mean = 0, var = 0;
+  for (int i = 0; i < 10000; i++) {
+    bins[psm_rng_below (&a, 10)]++;
+    double z = psm_rng_normal (&a);
+    mean += z;
+    var += z * z;
+  }
+  for (int i = 0; i < 10; i++)
+    ck_assert_int_lt (abs (bins[i] - 1000), 100);
+  ck_assert (fabs (mean / 10000) < 0.05 && fabs (var / 10000 - 1.0) < 0.05);
+}
+END_TEST
+
+START_TEST (test_params)
+{
+  PsmParams *p = psm_params_new ();
+  int s1[2] = { 4, 12 }, s2[1] = { 5 };
+  int a = psm_params_add (p, "enc.w", 2, s1, PSM_INIT_ORTHOGONAL, 0);
+  int b = psm_params_add (p, "enc.b", 1, s2, PSM_INIT_CONST, -1.0f);
+  ck_assert_int_eq (psm_params_find (p, "enc.b"), b);
+  ck_assert_int_eq (psm_params_find (p, "nope"), -1);
+  PsmRng rng;
+  psm_rng_seed (&rng, 1);
+  psm_params_finalize (p, &rng);
+  ck_assert_uint_eq (psm_params_offset (p, a) % 16, 0);
+  ck_assert_uint_eq (psm_params_offset (p, b) % 16, 0);
+  float *w = psm_params_data (p) + psm_params_offset (p, a);
+  /* each [4, 4] block of the [4, 12] matrix is orthogonal: W^T W = I */
+  for (int blk = 0; blk < 3; blk++)
+    for (int i = 0; i < 4; i++)
+      for (int j = 0; j < 4; j++) {
+        double d = 0;
+        for (int r = 0; r < 4; r++)
+          d += (double) w[r * 12 + blk * 4 + i] * w[r * 12 + blk * 4 + j];
+        ck_assert_msg (fabs (d - (i == j)) < 1e-5, "block %d (%d,%d) = %g", blk, i, j, d);
+      }
+  for (int i = 0; i < 5; i++)
+    ck_assert (psm_params_data (p)[psm_params_offset (p, b) + i] == -1.0f);
+  /* clipping to a global norm */
+  float *gr = psm_params_grad (p);
+  gr[0] = 3.0f;
+  gr[psm_params_offset (p, b)] = 4.0f;
+  ck_assert (fabs (psm_params_clip (p, 1.0) - 5.0) < 1e-6);
+  ck_assert (fabsf (gr[0] - 0.6f) < 1e-6 && fabsf (gr[psm_params_offset (p, b)] - 0.8f) < 1e-6);
+  ck_assert (fabs (psm_params_clip (p, 0.0) - 1.0) < 1e-6);   /* 0 = report only */
+  psm_params_free (p);
+}
+END_TEST
+
+/* One scalar parameter w = 1 with gradients 0.5 then -0.25; expected
+ * values computed by hand from each rule's definition. */
+static void
+two_steps (PsmOptConfig *c, double *w1, double *w2)
+{
+  PsmParams *p = psm_params_new ();
+  int one = 1;
+  psm_params_add (p, "w", 1, &one, PSM_INIT_CONST, 1.0f);
+  PsmRng rng;
+  psm_rng_seed (&rng, 1);
+  psm_params_finalize (p, &rng);
+  PsmOptim *o = psm_optim_new (c, p);
+  psm_params_grad (p)[0] = 0.5f;
+  psm_optim_step (o, 0);
+  *w1 = psm_params_data (p)[0];
+  psm_params_grad (p)[0] = -0.25f;
+  psm_optim_step (o, 1);
+  *w2 = psm_params_data (p)[0];
+  psm_optim_free (o);
+  psm_params_free (p);
+}
+
+START_TEST (test_optimisers)
+{
+  double w1, w2;
+  PsmOptConfig sgd = { .kind = PSM_OPT_SGD, .lr = 0.1 };
+  two_steps (&sgd, &w1, &w2);
+  ck_assert (fabs (w1 - 0.95) < 1e-6 && fabs (w2 - 0.975) < 1e-6);
+
+  PsmOptConfig adam = { .kind = PSM_OPT_ADAM, .lr = 0.1, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8 };
+  two_steps (&adam, &w1, &w2);
+  /* step 1: m = 0.05, v = 0.00025; m^ = 0.5, v^ = 0.25 -> w -= 0.1 * 0.5 / 0.5 */
+  ck_assert_msg (fabs (w1 - 0.9) < 1e-5, "adam w1 %g", w1);
+  /* step 2: m = 0.045 - 0.025 = 0.02, v = 0.00024975 + 0.0000625 = 0.00031225;
+   * m^ = 0.02 / 0.19, v^ = 0.00031225 / 0.001999 */
+  double mh = 0.02 / 0.19, vh = 0.00031225 / (1 - 0.999 * 0.999);
+  ck_assert_msg (fabs (w2 - (0.9 - 0.1 * mh / (sqrt (vh) + 1e-8))) < 1e-5, "adam w2 %g", w2);
+
+  PsmOptConfig ada = { .kind = PSM_OPT_ADAGRAD, .lr = 0.15, .init_accum = 0.1 };
+  two_steps (&ada, &w1, &w2);
+  /* a = 0.1 + 0.25 = 0.35; w = 1 - 0.15 * 0.5 / sqrt(0.35) */
+  ck_assert (fabs (w1 - (1 - 0.15 * 0.5 / sqrt (0.35))) < 1e-6);
+  ck_assert (fabs (w2 - (w1 + 0.15 * 0.25 / sqrt (0.4125))) < 1e-6);
+
+  PsmOptConfig add = { .kind = PSM_OPT_ADADELTA, .lr = 1.0, .eps = 1e-6, .rho = 0.95 };
+  two_steps (&add, &w1, &w2);
+  double a1 = 0.05 * 0.25, d1 = sqrt (1e-6) / sqrt (a1 + 1e-6) * 0.5, u1 = 0.05 * d1 * d1;
+  ck_assert (fabs (w1 - (1 - d1)) < 1e-6);
+  double a2 = 0.95 * a1 + 0.05 * 0.0625, d2 = sqrt (u1 + 1e-6) / sqrt (a2 + 1e-6) * -0.25;
+  ck_assert (fabs (w2 - (w1 - d2)) < 1e-6);
+
+  /* Zeng et al.'s schedule: lr halves every 10 steps from step 50 */
+  PsmOptConfig sch = { .kind = PSM_OPT_SGD, .lr = 2.0 };
+  sch.halve_start = 50;
+  sch.halve_every = 10;
+  PsmParams *p = psm_params_new ();
+  int one = 1;
+  psm_params_add (p, "w", 1, &one, PSM_INIT_ZEROS, 0);
+  PsmRng rng;
+  psm_rng_seed (&rng, 1);
+  psm_params_finalize (p, &rng);
+  PsmOptim *o = psm_optim_new (&sch, p);
+  ck_assert (psm_optim_lr (o, 49) == 2.0 && psm_optim_lr (o, 50) == 1.0);
+  ck_assert (psm_optim_lr (o, 59) == 1.0 && psm_optim_lr (o, 60) == 0.5 && psm_optim_lr (o, 75) == 0.25);
+  psm_optim_free (o);
+  psm_params_free (p);
+}
+END_TEST
+
+static PsmParams *
+model (int rows, const char *name, guint64 seed)
+{
+  PsmParams *p = psm_params_new ();
+  int s[2] = { rows, 7 };
+  psm_params_add (p, name, 2, s, PSM_INIT_NORMAL, 1.0f);
+  psm_params_add (p, "b", 1, &s[1], PSM_INIT_NORMAL, 1.0f);
+  PsmRng rng;
+  psm_rng_seed (&rng, seed);
+  psm_params_finalize (p, &rng);
+  return p;
+}
+
+START_TEST (test_checkpoint)
+{
+  char *dir = g_dir_make_tmp ("psm-test-ckpt-XXXXXX", NULL);
+  char *path = g_build_filename (dir, "a.ckpt", NULL);
+  PsmParams *p = model (5, "w", 1);
+  PsmOptConfig oc = { .kind = PSM_OPT_ADAM, .lr = 0.1, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8 };
+  PsmOptim *o = psm_optim_new (&oc, p);
+  psm_params_grad (p)[3] = 1.0f;
+  psm_optim_step (o, 0);
+  PsmCheckpointMeta meta = { 123, { { 1, 2, 3, 4 } }, 17.5 };
+  GError *e = NULL;
+  ck_assert_msg (psm_checkpoint_save (path, p, o, &meta, &e), "%s", e ? e->message : "");
+  ck_assert (!g_file_test (g_strdup_printf ("%s.tmp.%d", path, (int) getpid ()), G_FILE_TEST_EXISTS));
+
+  /* round trip into a differently initialised model */
+  PsmParams *q = model (5, "w", 2);
+  PsmOptim *oq = psm_optim_new (&oc, q);
+  PsmCheckpointMeta back;
+  ck_assert_msg (psm_checkpoint_load (path, q, oq, &back, &e), "%s", e ? e->message : "");
+  ck_assert (memcmp (psm_params_data (p), psm_params_data (q), psm_params_size (p) * 4) == 0);
+  ck_assert (memcmp (psm_optim_state (o, 1), psm_optim_state (oq, 1), psm_params_size (p) * 4) == 0);
+  ck_assert_int_eq (back.step, 123);
+  ck_assert_uint_eq (back.rng.s[3], 4);
+  ck_assert (back.best_metric == 17.5);
+
+  /* a flipped byte: checksum error, and the model is untouched */
+  gchar *buf;
+  gsize len;
+  ck_assert (g_file_get_contents (path, &buf, &len, NULL));
+  char *bad = g_build_filename (dir, "bad.ckpt", NULL);
+  buf[len / 2] ^= 0x40;
+  ck_assert (g_file_set_contents (bad, buf, len, NULL));
+  PsmParams *r = model (5, "w", 3);
+  float *before = g_memdup2 (psm_params_data (r), psm_params_size (r) * 4);
+  ck_assert (!psm_checkpoint_load (bad, r, NULL, NULL, &e));
+  ck_assert_msg (strstr (e->message, "checksum mismatch") && strstr (e->message, bad), "%s", e->message);
+  g_clear_error (&e);
+  ck_assert (memcmp (before, psm_params_data (r), psm_params_size (r) * 4) == 0);
+  /* truncated */
+  buf[len / 2] ^= 0x40;
+  ck_assert (g_file_set_contents (bad, buf, len - 40, NULL));
+  ck_assert (!psm_checkpoint_load (bad, r, NULL, NULL, &e));
+  ck_assert_msg (strstr (e->message, "corrupt or truncated"), "%s", e->message);
+  g_clear_error (&e);
+  /* not a checkpoint */
+  ck_assert (g_file_set_contents (bad, "hello world, this is not a checkpoint at all....", -1, NULL));
+  ck_assert (!psm_checkpoint_load (bad, r, NULL, NULL, &e));
+  ck_assert_msg (strstr (e->message, "not a psm checkpoint"), "%s", e->message);
+  g_clear_error (&e);
+  /* another model: names or shapes differ */
+  PsmParams *s1 = model (6, "w", 1), *s2 = model (5, "v", 1);
+  ck_assert (!psm_checkpoint_load (path, s1, NULL, NULL, &e));
+  ck_assert_msg (strstr (e->message, "parameter 'w' has another shape in the checkpoint"), "%s", e->message);
+  g_clear_error (&e);
+  ck_assert (!psm_checkpoint_load (path, s2, NULL, NULL, &e));
+  ck_assert_msg (strstr (e->message, "is 'w' in the checkpoint but 'v' in the model"), "%s", e->message);
+  g_clear_error (&e);
+  /* another optimiser */
+  PsmOptConfig sgd2 = { .kind = PSM_OPT_ADAGRAD, .lr = 0.1, .init_accum = 0.1 };
+  PsmOptim *og = psm_optim_new (&sgd2, r);
+  ck_assert (!psm_checkpoint_load (path, r, og, NULL, &e));
+  ck_assert_msg (strstr (e->message, "optimiser 'adam'"), "%s", e->message);
+  g_clear_error (&e);
+
+  /* a failed write leaves the old file intact */
+  char *ro = g_build_filename (dir, "ro", NULL);
+  g_mkdir (ro, 0555);
+  char *target = g_build_filename (ro, "x.ckpt", NULL);
+  if (access (ro, W_OK) != 0) {   /* (root can write anywhere; skip there) */
+    ck_assert (!psm_checkpoint_save (target, p, o, &meta, &e));
+    ck_assert_msg (strstr (e->message, "cannot write checkpoint"), "%s", e->message);
+    g_clear_error (&e);
+  }
+  ck_assert (g_file_get_contents (path, &buf, &len, NULL));
+  ck_assert (psm_checkpoint_load (path, q, NULL, NULL, &e));
+
+  psm_optim_free (o);
+  psm_optim_free (oq);
+  psm_optim_free (og);
+  psm_params_free (p);
+  psm_params_free (q);
+  psm_params_free (r);
+  psm_params_free (s1);
+  psm_params_free (s2);
+}
+END_TEST
+
+int
+main (void)
+{
+  Suite *s = suite_create ("core");
+  TCase *tc = tcase_create ("core");
+  tcase_add_test (tc, test_arena);
+  tcase_add_test (tc, test_views_share_grad);
+  tcase_add_test (tc, test_rng);
+  tcase_add_test (tc, test_params);
+  tcase_add_test (tc, test_optimisers);
+  tcase_add_test (tc, test_checkpoint);
+  suite_add_tcase (s, tc);
+  return psm_test_run (s);
+}

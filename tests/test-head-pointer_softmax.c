@@ -1,0 +1,179 @@
+/* test-head-pointer_softmax.c — the pointer softmax head: loss against
+ * eq. 6-7 computed by hand, gradient check of every parameter and input,
+ * decoding scores, and bad configs. */
+#include "config.h"
+#include <math.h>
+#include <string.h>
+#include "psm-test.h"
+
+enum { B = 4, T = 5, HS = 6, HA = 3, V = 7 };
+
+typedef struct {
+  const PsmHeadClass *hk;
+  void *head;
+  PsmParams *params;
+  float state[B * HS], gstate[B * HS];
+  float ann[T * B * HA], gann[T * B * HA];
+  float mask[T * B];
+  int32_t src[T * B];
+  PsmBatch batch;
+} Fix;
+
+static PsmTaskInfo info = { sizeof (PsmTaskInfo), 10, V, 10, T, 1, -1, -1, 0 };
+
+static void
+setup (Fix *f, const char *location)
+{
+  const PsmPluginDesc *d = psm_test_plugin (PSM_KIND_HEAD, "pointer_softmax");
+  f->hk = d->klass;
+  char *text = g_strdup_printf ("plugin = \"pointer_softmax\"; hidden = 5; attn_dim = 4; switch_hidden = 3; "
+                                "location = \"%s\"; temperature = 2.0;", location);
+  char *errs = NULL;
+  const PsmSection *sec = psm_test_section (text, "model.head", d->params, &errs);
+  ck_assert_msg (sec, "%s", errs);
+  g_free (text);
+  f->params = psm_params_new ();
+  PsmBuildCtx ctx = { sizeof ctx, f->params, "head.", &info, 8, HA, HS, HS, 0, FALSE };
+  GError *e = NULL;
+  f->head = f->hk->create (sec, &ctx, &e);
+  ck_assert_msg (f->head, "create: %s", e ? e->message : "?");
+  PsmRng rng;
+  psm_rng_seed (&rng, 11);
+  psm_params_finalize (f->params, &rng);
+  /* move every parameter off its init so no gradient is trivially zero */
+  psm_test_fill (psm_params_data (f->params), psm_params_size (f->params), 0.5f, &rng);
+  psm_test_fill (f->state, B * HS, 1.0f, &rng);
+  psm_test_fill (f->ann, T * B * HA, 1.0f, &rng);
+  psm_batch_init (&f->batch);
+  psm_batch_reserve (&f->batch, B, T, 1);
+  for (int t = 0; t < T; t++)
+    for (int b = 0; b < B; b++) {
+      /* example 3 has only 3 real positions */
+      f->mask[t * B + b] = (b == 3 && t >= 3) ? 0.0f : 1.0f;
+      f->src[t * B + b] = 1 + (t * 3 + b) % 9;
+      f->batch.src[t * B + b] = f->batch.src_ext[t * B + b] = f->src[t * B + b];
+      f->batch.src_mask[t * B + b] = f->mask[t * B + b];
+    }
+  /* b0, b2: shortlist targets; b1, b3: pointer targets */
+  int32_t tgt[B] = { 3, 0, 6, 0 }, loc[B] = { -1, 4, -1, 2 };
+  float sw[B] = { 1, 0, 1, 0 };
+  for (int b = 0; b < B; b++) {
+    f->batch.tgt[b] = tgt[b];
+    f->batch.tgt_loc[b] = loc[b];
+    f->batch.tgt_switch[b] = sw[b];
+    f->batch.tgt_mask[b] = 1.0f;
+    f->batch.tgt_ext[b] = sw[b] ? tgt[b] : f->src[loc[b] * B + b];
+  }
+}
+
+static void
+teardown (Fix *f)
+{
+  f->hk->destroy (f->head);
+  psm_params_free (f->params);
+  psm_batch_clear (&f->batch);
+}
+
+static void
+make_inputs (Fix *f, PsmGraph *g, PsmEncoding *enc, PsmDecOut *out)
+{
+  int as[3] = { T, B, HA }, ss[3] = { 1, B, HS };
+  memset (enc, 0, sizeof *enc);
+  enc->T = T;
+  enc->B = B;
+  enc->mask = f->mask;
+  enc->src = f->src;
+  enc->annotations = psm_tensor_wrap (g, f->ann, f->gann, 3, as);
+  memset (out, 0, sizeof *out);
+  out->Ty = 1;
+  out->B = B;
+  out->state = psm_tensor_wrap (g, f->state, f->gstate, 3, ss);
+}
+
+static PsmTensor *
+f_loss (PsmGraph *g, void *ud)
+{
+  Fix *f = ud;
+  PsmEncoding enc;
+  PsmDecOut out;
+  make_inputs (f, g, &enc, &out);
+  return f->hk->loss (f->head, g, f->params, &enc, &out, &f->batch);
+}
+
+static void
+check_head (const char *location)
+{
+  Fix f;
+  setup (&f, location);
+  psm_test_gradcheck ("pointer_softmax params", f_loss, &f, psm_params_data (f.params),
+                      psm_params_grad (f.params), psm_params_size (f.params), 1e-2f, 2e-3, 2e-2, 400);
+  psm_test_gradcheck ("pointer_softmax state", f_loss, &f, f.state, f.gstate, B * HS, 1e-2f, 2e-3, 2e-2, 400);
+  if (strcmp (location, "pointer") == 0)
+    psm_test_gradcheck ("pointer_softmax annotations", f_loss, &f, f.ann, f.gann, T * B * HA, 1e-2f,
+                        2e-3, 2e-2, 400);
+
+  /* The loss is eq. 6-7 averaged: recompute it from the decoding scores,
+   * which hold log d + log w and log(1 - d) + log l. */
+  PsmGraph *g = psm_graph_new ();
+  psm_graph_set_grad (g, FALSE);
+  PsmEncoding enc;
+  PsmDecOut out;
+  make_inputs (&f, g, &enc, &out);
+  float loss = f.hk->loss (f.head, g, f.params, &enc, &out, &f.batch)->data[0];
+  PsmTensor *sc = f.hk->scores (f.head, g, f.params, &enc, &out, &f.batch);
+  int S = f.hk->space_size (f.head, &f.batch);
+  ck_assert_int_eq (S, V + T);
+  ck_assert_int_eq (psm_tensor_cols (sc), S);
+  double want = 0.0;
+  for (int b = 0; b < B; b++) {
+    const float *row = sc->data + b * S;
+    double total = 0.0;
+    for (int s = 0; s < S; s++)
+      if (isfinite (row[s]))
+        total += exp (row[s]);
+    ck_assert_msg (fabs (total - 1.0) < 1e-4, "scores of row %d sum to %g, not 1", b, total);
+    if (b == 3)
+      for (int j = 3; j < T; j++)
+        ck_assert_msg (isinf (row[V + j]) && row[V + j] < 0, "padding position %d must score -inf", j);
+    int slot = f.batch.tgt_switch[b] ? f.batch.tgt[b] : V + f.batch.tgt_loc[b];
+    want -= row[slot];
+    ck_assert_int_eq (f.hk->slot_token (f.head, &f.batch, b, slot), f.batch.tgt_ext[b]);
+  }
+  want /= B;
+  ck_assert_msg (fabs (want - loss) < 1e-4, "loss %g, eq. 6-7 give %g", loss, want);
+  psm_graph_free (g);
+  teardown (&f);
+}
+
+START_TEST (test_summary_location) { check_head ("summary"); }
+END_TEST
+
+START_TEST (test_pointer_location) { check_head ("pointer"); }
+END_TEST
+
+START_TEST (test_bad_config)
+{
+  const PsmPluginDesc *d = psm_test_plugin (PSM_KIND_HEAD, "pointer_softmax");
+  char *errs = NULL;
+  ck_assert (!psm_test_section ("plugin = \"pointer_softmax\";\n  temperature = 0.0;", "model.head", d->params, &errs));
+  ck_assert_msg (strstr (errs, "inline.cfg:3: model.head.temperature: value 0 out of range (expected [0.01, 100])"), "%s", errs);
+  g_free (errs);
+  ck_assert (!psm_test_section ("location = \"nowhere\";\n  tempreature = 2.0;", "model.head", d->params, &errs));
+  ck_assert_msg (strstr (errs, "inline.cfg:2: model.head.location: unknown value \"nowhere\" (expected one of pointer|summary)"), "%s", errs);
+  ck_assert_msg (strstr (errs, "inline.cfg:3: model.head.tempreature: unknown key"), "%s", errs);
+  g_free (errs);
+}
+END_TEST
+
+int
+main (void)
+{
+  Suite *s = suite_create ("head-pointer_softmax");
+  TCase *tc = tcase_create ("head");
+  tcase_set_timeout (tc, 120);
+  tcase_add_test (tc, test_summary_location);
+  tcase_add_test (tc, test_pointer_location);
+  tcase_add_test (tc, test_bad_config);
+  suite_add_tcase (s, tc);
+  return psm_test_run (s);
+}

@@ -1,0 +1,107 @@
+/* test-head-softmax.c — softmax head: gradient check (with and without the
+ * tanh layer) over Ty = 2 steps with a padded step, scores, bad config. */
+#include "config.h"
+#include <math.h>
+#include <string.h>
+#include "psm-test.h"
+
+enum { TY = 2, B = 3, H = 4, V = 6 };
+
+typedef struct {
+  const PsmHeadClass *hk;
+  void *head;
+  PsmParams *params;
+  float state[TY * B * H], gstate[TY * B * H];
+  PsmBatch batch;
+} Fix;
+
+static PsmTaskInfo info = { sizeof (PsmTaskInfo), 10, V, 10, 5, 2, -1, -1, 0 };
+
+static PsmTensor *
+f_loss (PsmGraph *g, void *ud)
+{
+  Fix *f = ud;
+  int s[3] = { TY, B, H };
+  PsmDecOut out = { .Ty = TY, .B = B, .state = psm_tensor_wrap (g, f->state, f->gstate, 3, s) };
+  return f->hk->loss (f->head, g, f->params, NULL, &out, &f->batch);
+}
+
+static void
+run (const char *text)
+{
+  const PsmPluginDesc *d = psm_test_plugin (PSM_KIND_HEAD, "softmax");
+  Fix f;
+  f.hk = d->klass;
+  char *errs = NULL;
+  const PsmSection *sec = psm_test_section (text, "model.head", d->params, &errs);
+  ck_assert_msg (sec, "%s", errs);
+  f.params = psm_params_new ();
+  PsmBuildCtx ctx = { sizeof ctx, f.params, "head.", &info, 5, 4, H, H, 0, FALSE };
+  GError *e = NULL;
+  f.head = f.hk->create (sec, &ctx, &e);
+  ck_assert (f.head);
+  PsmRng rng;
+  psm_rng_seed (&rng, 5);
+  psm_params_finalize (f.params, &rng);
+  psm_test_fill (psm_params_data (f.params), psm_params_size (f.params), 0.5f, &rng);
+  psm_test_fill (f.state, TY * B * H, 1.0f, &rng);
+  psm_batch_init (&f.batch);
+  psm_batch_reserve (&f.batch, B, 5, TY);
+  for (int i = 0; i < TY * B; i++) {
+    f.batch.tgt[i] = (i * 5 + 2) % V;
+    f.batch.tgt_mask[i] = i == 5 ? 0.0f : 1.0f;   /* last step of example 2 is padding */
+  }
+  psm_test_gradcheck ("softmax params", f_loss, &f, psm_params_data (f.params), psm_params_grad (f.params),
+                      psm_params_size (f.params), 1e-2f, 2e-3, 2e-2, 400);
+  psm_test_gradcheck ("softmax state", f_loss, &f, f.state, f.gstate, TY * B * H, 1e-2f, 2e-3, 2e-2, 400);
+  /* padded step contributes nothing: its state gets no gradient */
+  for (int j = 0; j < H; j++)
+    ck_assert (f.gstate[5 * H + j] == 0.0f);
+  PsmGraph *g = psm_graph_new ();
+  psm_graph_set_grad (g, FALSE);
+  int s[3] = { 1, B, H };
+  PsmDecOut out = { .Ty = 1, .B = B, .state = psm_tensor_wrap (g, f.state, NULL, 3, s) };
+  PsmTensor *sc = f.hk->scores (f.head, g, f.params, NULL, &out, &f.batch);
+  ck_assert_int_eq (f.hk->space_size (f.head, &f.batch), V);
+  for (int b = 0; b < B; b++) {
+    double z = 0;
+    for (int v = 0; v < V; v++)
+      z += exp (sc->data[b * V + v]);
+    ck_assert (fabs (z - 1.0) < 1e-5);
+    ck_assert_int_eq (f.hk->slot_token (f.head, &f.batch, b, 4), 4);
+  }
+  psm_graph_free (g);
+  f.hk->destroy (f.head);
+  psm_params_free (f.params);
+  psm_batch_clear (&f.batch);
+}
+
+START_TEST (test_plain) { run ("plugin = \"softmax\";"); }
+END_TEST
+
+START_TEST (test_deep_output) { run ("plugin = \"softmax\"; hidden = 3;"); }
+END_TEST
+
+START_TEST (test_bad_config)
+{
+  const PsmPluginDesc *d = psm_test_plugin (PSM_KIND_HEAD, "softmax");
+  char *errs = NULL;
+  ck_assert (!psm_test_section ("plugin = \"softmax\";\n  hidden = -1;\n  hiden = 3;", "model.head", d->params, &errs));
+  ck_assert_msg (strstr (errs, "inline.cfg:3: model.head.hidden: value -1 out of range (expected [0, 65536])"), "%s", errs);
+  ck_assert_msg (strstr (errs, "inline.cfg:4: model.head.hiden: unknown key (known keys: hidden, plugin)"), "%s", errs);
+  g_free (errs);
+}
+END_TEST
+
+int
+main (void)
+{
+  Suite *s = suite_create ("head-softmax");
+  TCase *tc = tcase_create ("softmax");
+  tcase_set_timeout (tc, 60);
+  tcase_add_test (tc, test_plain);
+  tcase_add_test (tc, test_deep_output);
+  tcase_add_test (tc, test_bad_config);
+  suite_add_tcase (s, tc);
+  return psm_test_run (s);
+}

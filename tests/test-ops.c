@@ -1,0 +1,480 @@
+/* test-ops.c — every op: forward against a plain reference, and a
+ * finite-difference gradient check of every input.
+ * Bound: |analytic - numeric| <= 2e-3 + 2e-2 max(|analytic|, |numeric|),
+ * central differences with eps = 1e-2 (5e-3 for the recurrent cells) in float32. */
+#include "config.h"
+#include <math.h>
+#include <string.h>
+#include "psm-test.h"
+#include "psm-private.h"
+
+#define ATOL 2e-3
+#define RTOL 2e-2
+
+typedef struct {
+  float *x[5], *gx[5];
+  int shape[5][3], nd[5];
+  int which;
+  int32_t ids[64];
+  float mask[256], z[64], w[64];
+  int iarg[2];
+} Case;
+
+static PsmTensor *
+in (PsmGraph *g, Case *c, int k)
+{
+  return psm_tensor_wrap (g, c->x[k], c->gx[k], c->nd[k], c->shape[k]);
+}
+
+static void
+alloc_in (Case *c, int k, int nd, int d0, int d1, int d2, PsmRng *rng, float a)
+{
+  c->nd[k] = nd;
+  c->shape[k][0] = d0;
+  c->shape[k][1] = d1;
+  c->shape[k][2] = d2;
+  size_t n = (size_t) d0 * (nd > 1 ? d1 : 1) * (nd > 2 ? d2 : 1);
+  c->x[k] = g_new (float, n);
+  c->gx[k] = g_new0 (float, n);
+  psm_test_fill (c->x[k], n, a, rng);
+}
+
+static size_t
+n_of (Case *c, int k)
+{
+  return (size_t) c->shape[k][0] * (c->nd[k] > 1 ? c->shape[k][1] : 1) * (c->nd[k] > 2 ? c->shape[k][2] : 1);
+}
+
+static void
+free_case (Case *c)
+{
+  for (int k = 0; k < 5; k++) {
+    g_free (c->x[k]);
+    g_free (c->gx[k]);
+  }
+}
+
+static void
+check_all (const char *name, PsmLossFn f, Case *c, int n_in, float eps)
+{
+  for (int k = 0; k < n_in; k++) {
+    char *what = g_strdup_printf ("%s input %d", name, k);
+    psm_test_gradcheck (what, f, c, c->x[k], c->gx[k], n_of (c, k), eps, ATOL, RTOL, 300);
+    g_free (what);
+  }
+}
+
+/* ---- matmul with every transpose combination ---- */
+static PsmTensor *
+f_matmul (PsmGraph *g, void *ud)
+{
+  Case *c = ud;
+  return psm_test_project (g, psm_matmul (g, in (g, c, 0), in (g, c, 1), c->iarg[0], c->iarg[1]));
+}
+
+START_TEST (test_matmul)
+{
+  PsmRng rng;
+  psm_rng_seed (&rng, 1);
+  for (int ta = 0; ta < 2; ta++)
+    for (int tb = 0; tb < 2; tb++) {
+      Case c = { 0 };
+      int M = 5, K = 7, N = 4;
+      alloc_in (&c, 0, 2, ta ? K : M, ta ? M : K, 0, &rng, 1.0f);
+      alloc_in (&c, 1, 2, tb ? N : K, tb ? K : N, 0, &rng, 1.0f);
+      c.iarg[0] = ta;
+      c.iarg[1] = tb;
+      /* reference forward */
+      PsmGraph *g = psm_graph_new ();
+      PsmTensor *y = psm_matmul (g, in (g, &c, 0), in (g, &c, 1), ta, tb);
+      for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+          double s = 0;
+          for (int k = 0; k < K; k++)
+            s += (double) c.x[0][ta ? k * M + i : i * K + k] * c.x[1][tb ? j * K + k : k * N + j];
+          ck_assert_msg (fabs (s - y->data[i * N + j]) < 1e-4, "matmul ta=%d tb=%d forward", ta, tb);
+        }
+      psm_graph_free (g);
+      check_all ("matmul", f_matmul, &c, 2, 1e-2f);
+      free_case (&c);
+    }
+}
+END_TEST
+
+static PsmTensor *
+f_linear (PsmGraph *g, void *ud)
+{
+  Case *c = ud;
+  return psm_test_project (g, psm_linear (g, in (g, c, 0), in (g, c, 1), in (g, c, 2)));
+}
+
+START_TEST (test_linear)
+{
+  PsmRng rng;
+  psm_rng_seed (&rng, 2);
+  Case c = { 0 };
+  alloc_in (&c, 0, 3, 3, 2, 5, &rng, 1.0f);   /* [T, B, K]: leading dims flatten */
+  alloc_in (&c, 1, 2, 5, 6, 0, &rng, 1.0f);
+  alloc_in (&c, 2, 1, 6, 0, 0, &rng, 1.0f);
+  PsmGraph *g = psm_graph_new ();
+  PsmTensor *y = psm_linear (g, in (g, &c, 0), in (g, &c, 1), in (g, &c, 2));
+  ck_assert_int_eq (y->ndim, 3);
+  ck_assert_int_eq (y->shape[2], 6);
+  for (int r = 0; r < 6; r++)
+    for (int j = 0; j < 6; j++) {
+      double s = c.x[2][j];
+      for (int k = 0; k < 5; k++)
+        s += (double) c.x[0][r * 5 + k] * c.x[1][k * 6 + j];
+      ck_assert (fabs (s - y->data[r * 6 + j]) < 1e-4);
+    }
+  psm_graph_free (g);
+  check_all ("linear", f_linear, &c, 3, 1e-2f);
+  free_case (&c);
+}
+END_TEST
+
+/* ---- elementwise ---- */
+static PsmTensor *
+f_unary (PsmGraph *g, void *ud)
+{
+  Case *c = ud;
+  PsmTensor *x = in (g, c, 0), *y = NULL;
+  switch (c->which) {
+  case 0: y = psm_sigmoid (g, x); break;
+  case 1: y = psm_tanh (g, x); break;
+  case 2: y = psm_relu (g, x); break;
+  case 3: y = psm_scale (g, x, -1.7f); break;
+  case 4: y = psm_softmax (g, x); break;
+  case 5: y = psm_log_softmax (g, x); break;
+  case 6: y = psm_masked_softmax (g, x, c->mask); break;
+  case 7: y = psm_masked_log_softmax (g, x, c->mask); break;
+  case 8: y = psm_transpose01 (g, x); break;
+  case 9: y = psm_slice (g, x, 1, 3); break;
+  case 10: return psm_sum (g, psm_mul (g, x, x));
+  case 11: return psm_mean (g, psm_mul (g, x, x));
+  case 12: y = psm_pick (g, x, c->ids); break;
+  case 13: y = psm_gather_rows (g, x, c->ids, 5); break;
+  }
+  if (c->which == 7) {
+    /* -inf entries are masked: project only the kept ones */
+    PsmTensor *r = psm_tensor_new (g, y->ndim, y->shape, FALSE);
+    for (size_t i = 0; i < y->n; i++)
+      r->data[i] = c->mask[i] != 0.0f ? (float) ((i * 37 % 11) - 5) / 5.0f : 0.0f;
+    PsmTensor *safe = psm_pick (g, y, c->ids);   /* a kept entry per row */
+    (void) r;
+    return psm_sum (g, psm_mul (g, safe, safe));
+  }
+  return psm_test_project (g, y);
+}
+
+static double
+ref_unary (int which, double v)
+{
+  switch (which) {
+  case 0: return 1.0 / (1.0 + exp (-v));
+  case 1: return tanh (v);
+  case 2: return v > 0 ? v : 0;
+  case 3: return -1.7 * v;
+  }
+  return 0;
+}
+
+START_TEST (test_unary)
+{
+  const char *names[] = { "sigmoid", "tanh", "relu", "scale", "softmax", "log_softmax",
+                          "masked_softmax", "masked_log_softmax", "transpose01", "slice",
+                          "mul/sum", "mul/mean", "pick", "gather_rows" };
+  PsmRng rng;
+  psm_rng_seed (&rng, 3);
+  for (int w = 0; w < 14; w++) {
+    Case c = { 0 };
+    c.which = w;
+    alloc_in (&c, 0, w == 8 ? 3 : 2, 4, 6, 3, &rng, 2.0f);
+    if (w == 2)   /* keep away from the kink at 0 */
+      for (size_t i = 0; i < n_of (&c, 0); i++)
+        if (fabsf (c.x[0][i]) < 0.05f)
+          c.x[0][i] = 0.3f;
+    for (int i = 0; i < 24; i++)
+      c.mask[i] = (i % 6 == 2 || i % 5 == 4) ? 0.0f : 1.0f;
+    for (int i = 0; i < 8; i++)
+      c.ids[i] = (i * 5 + 1) % 4;
+    if (w == 12 || w == 7)
+      for (int i = 0; i < 4; i++)
+        c.ids[i] = (i == 2) ? -1 : 0;   /* every row keeps column 0; -1 skips */
+    if (w < 4) {
+      PsmGraph *g = psm_graph_new ();
+      PsmTensor *y = w == 0 ? psm_sigmoid (g, in (g, &c, 0)) : w == 1 ? psm_tanh (g, in (g, &c, 0))
+                   : w == 2 ? psm_relu (g, in (g, &c, 0)) : psm_scale (g, in (g, &c, 0), -1.7f);
+      for (size_t i = 0; i < y->n; i++)
+        ck_assert_msg (fabs (y->data[i] - ref_unary (w, c.x[0][i])) < 1e-5, "%s forward", names[w]);
+      psm_graph_free (g);
+    }
+    if (w == 4 || w == 6) {
+      PsmGraph *g = psm_graph_new ();
+      PsmTensor *y = w == 4 ? psm_softmax (g, in (g, &c, 0)) : psm_masked_softmax (g, in (g, &c, 0), c.mask);
+      for (int r = 0; r < 4; r++) {
+        double z = 0;
+        for (int j = 0; j < 6; j++)
+          if (w == 4 || c.mask[r * 6 + j] != 0.0f)
+            z += exp (c.x[0][r * 6 + j]);
+        for (int j = 0; j < 6; j++) {
+          double ref = (w == 4 || c.mask[r * 6 + j] != 0.0f) ? exp (c.x[0][r * 6 + j]) / z : 0.0;
+          ck_assert_msg (fabs (ref - y->data[r * 6 + j]) < 1e-6, "%s forward", names[w]);
+        }
+      }
+      psm_graph_free (g);
+    }
+    check_all (names[w], f_unary, &c, 1, 1e-2f);
+    free_case (&c);
+  }
+}
+END_TEST
+
+static PsmTensor *
+f_binary (PsmGraph *g, void *ud)
+{
+  Case *c = ud;
+  PsmTensor *a = in (g, c, 0), *b = in (g, c, 1);
+  switch (c->which) {
+  case 0: return psm_test_project (g, psm_add (g, a, b));
+  case 1: return psm_test_project (g, psm_mul (g, a, b));
+  case 2: return psm_test_project (g, psm_concat (g, a, b));
+  case 3: return psm_test_project (g, psm_attend (g, psm_softmax (g, a), b));
+  }
+  return NULL;
+}
+
+START_TEST (test_binary)
+{
+  PsmRng rng;
+  psm_rng_seed (&rng, 4);
+  /* add: same shape, bias [C] tiled over rows, [B, H] tiled over T */
+  int bshapes[3][3] = { { 3, 2, 4 }, { 4, 0, 0 }, { 2, 4, 0 } };
+  int bnd[3] = { 3, 1, 2 };
+  for (int v = 0; v < 3; v++) {
+    Case c = { 0 };
+    c.which = 0;
+    alloc_in (&c, 0, 3, 3, 2, 4, &rng, 1.0f);
+    alloc_in (&c, 1, bnd[v], bshapes[v][0], bshapes[v][1], bshapes[v][2], &rng, 1.0f);
+    check_all ("add", f_binary, &c, 2, 1e-2f);
+    free_case (&c);
+  }
+  Case m = { 0 };
+  m.which = 1;
+  alloc_in (&m, 0, 2, 3, 4, 0, &rng, 1.0f);
+  alloc_in (&m, 1, 2, 3, 4, 0, &rng, 1.0f);
+  check_all ("mul", f_binary, &m, 2, 1e-2f);
+  free_case (&m);
+  Case cc = { 0 };
+  cc.which = 2;
+  alloc_in (&cc, 0, 2, 3, 4, 0, &rng, 1.0f);
+  alloc_in (&cc, 1, 2, 3, 2, 0, &rng, 1.0f);
+  check_all ("concat", f_binary, &cc, 2, 1e-2f);
+  free_case (&cc);
+  Case at = { 0 };
+  at.which = 3;
+  alloc_in (&at, 0, 2, 2, 5, 0, &rng, 1.0f);      /* a [B=2, T=5] */
+  alloc_in (&at, 1, 3, 5, 2, 3, &rng, 1.0f);      /* v [T=5, B=2, H=3] */
+  check_all ("attend", f_binary, &at, 2, 1e-2f);
+  free_case (&at);
+}
+END_TEST
+
+/* ---- embedding, losses ---- */
+static PsmTensor *
+f_loss (PsmGraph *g, void *ud)
+{
+  Case *c = ud;
+  PsmTensor *x = in (g, c, 0);
+  switch (c->which) {
+  case 0: return psm_test_project (g, psm_embedding (g, x, c->ids, 6));
+  case 1: return psm_nll (g, psm_log_softmax (g, x), c->ids, c->w);
+  case 2: return psm_cross_entropy (g, x, c->ids, c->w);
+  case 3: return psm_bce_logits (g, x, c->z, c->w);
+  case 4: return psm_cross_entropy (g, x, c->ids, NULL);
+  }
+  return NULL;
+}
+
+START_TEST (test_losses)
+{
+  PsmRng rng;
+  psm_rng_seed (&rng, 5);
+  const char *names[] = { "embedding", "nll", "cross_entropy", "bce_logits", "cross_entropy (no weights)" };
+  for (int w = 0; w < 5; w++) {
+    Case c = { 0 };
+    c.which = w;
+    alloc_in (&c, 0, 2, 6, 5, 0, &rng, 2.0f);
+    for (int i = 0; i < 6; i++) {
+      c.ids[i] = (i * 3 + 1) % 5;
+      c.w[i] = (float) (i % 3) * 0.5f;
+      c.z[i] = (float) (i % 2);
+    }
+    c.ids[4] = -1;   /* skipped row */
+    if (w == 0)
+      c.ids[4] = 2;  /* repeated id: scatter-add must accumulate */
+    check_all (names[w], f_loss, &c, 1, 1e-2f);
+    /* forward against the definition */
+    PsmGraph *g = psm_graph_new ();
+    if (w == 1 || w == 2 || w == 4) {
+      PsmTensor *y = f_loss (g, &c);
+      double s = 0, W = 0;
+      for (int i = 0; i < 6; i++) {
+        if (c.ids[i] < 0)
+          continue;
+        double z = 0, wi = w == 4 ? 1.0 : c.w[i];
+        for (int j = 0; j < 5; j++)
+          z += exp (c.x[0][i * 5 + j]);
+        s -= wi * (c.x[0][i * 5 + c.ids[i]] - log (z));
+        W += wi;
+      }
+      ck_assert_msg (fabs (y->data[0] - s / W) < 1e-5, "%s forward %g vs %g", names[w], y->data[0], s / W);
+    }
+    if (w == 3) {
+      PsmTensor *y = f_loss (g, &c);
+      double s = 0, W = 0;
+      for (int i = 0; i < 6; i++) {
+        double x = c.x[0][i], p = 1.0 / (1.0 + exp (-x));
+        s -= c.w[i] * (c.z[i] ? log (p) : log (1 - p));
+        W += c.w[i];
+      }
+      ck_assert (fabs (y->data[0] - s / W) < 1e-5);
+    }
+    psm_graph_free (g);
+    free_case (&c);
+  }
+}
+END_TEST
+
+/* ---- recurrent cells: against a composition of checked primitive ops ---- */
+static PsmTensor *
+gru_ref (PsmGraph *g, PsmTensor *xp, PsmTensor *h, PsmTensor *w, PsmTensor *bh)
+{
+  int H = psm_tensor_cols (h);
+  PsmTensor *G = psm_linear (g, h, w, bh);
+  PsmTensor *r = psm_sigmoid (g, psm_add (g, psm_slice (g, xp, 0, H), psm_slice (g, G, 0, H)));
+  PsmTensor *z = psm_sigmoid (g, psm_add (g, psm_slice (g, xp, H, H), psm_slice (g, G, H, H)));
+  PsmTensor *n = psm_tanh (g, psm_add (g, psm_slice (g, xp, 2 * H, H), psm_mul (g, r, psm_slice (g, G, 2 * H, H))));
+  /* h' = n + z (h - n) */
+  PsmTensor *hmn = psm_add (g, h, psm_scale (g, n, -1.0f));
+  return psm_add (g, n, psm_mul (g, z, hmn));
+}
+
+static PsmTensor *
+f_gru (PsmGraph *g, void *ud)
+{
+  Case *c = ud;
+  PsmTensor *xp = in (g, c, 0), *h = in (g, c, 1), *w = in (g, c, 2), *b = in (g, c, 3);
+  if (c->which == 0)
+    return psm_test_project (g, psm_gru_cell (g, xp, h, w, b, c->mask));
+  /* gru_seq over T = 3 steps; xp is [3, B, 3H] */
+  return psm_test_project (g, psm_gru_seq (g, xp, h, w, b, c->mask));
+}
+
+START_TEST (test_gru)
+{
+  PsmRng rng;
+  psm_rng_seed (&rng, 6);
+  int B = 3, H = 4, T = 3;
+  for (int which = 0; which < 2; which++) {
+    Case c = { 0 };
+    c.which = which;
+    if (which == 0)
+      alloc_in (&c, 0, 2, B, 3 * H, 0, &rng, 1.0f);
+    else
+      alloc_in (&c, 0, 3, T, B, 3 * H, &rng, 1.0f);
+    alloc_in (&c, 1, 2, B, H, 0, &rng, 1.0f);
+    alloc_in (&c, 2, 2, H, 3 * H, 0, &rng, 0.8f);
+    alloc_in (&c, 3, 1, 3 * H, 0, 0, &rng, 0.5f);
+    for (int i = 0; i < T * B; i++)
+      c.mask[i] = (i == 1 || i == 8) ? 0.0f : 1.0f;   /* padding carries the state */
+    /* forward against the composition, step by step */
+    PsmGraph *g = psm_graph_new ();
+    PsmTensor *xp = in (g, &c, 0), *h = in (g, &c, 1), *w = in (g, &c, 2), *b = in (g, &c, 3);
+    PsmTensor *fused = which == 0 ? psm_gru_cell (g, xp, h, w, b, c.mask) : psm_gru_seq (g, xp, h, w, b, c.mask);
+    PsmTensor *hp = h;
+    for (int t = 0; t < (which ? T : 1); t++) {
+      PsmTensor *xt = which ? psm_tensor_step (g, xp, t) : xp;
+      PsmTensor *ref = gru_ref (g, xt, hp, w, b);
+      PsmTensor *ft = which ? psm_tensor_step (g, fused, t) : fused;
+      for (int bi = 0; bi < B; bi++)
+        for (int j = 0; j < H; j++) {
+          float want = c.mask[t * B + bi] != 0.0f ? ref->data[bi * H + j] : hp->data[bi * H + j];
+          ck_assert_msg (fabsf (want - ft->data[bi * H + j]) < 1e-5, "gru forward t=%d b=%d", t, bi);
+        }
+      hp = ft;
+    }
+    psm_graph_free (g);
+    check_all (which ? "gru_seq" : "gru_cell", f_gru, &c, 4, 5e-3f);
+    free_case (&c);
+  }
+}
+END_TEST
+
+static PsmTensor *
+f_lstm (PsmGraph *g, void *ud)
+{
+  Case *c = ud;
+  PsmTensor *hc = psm_lstm_cell (g, in (g, c, 0), in (g, c, 1), in (g, c, 2), in (g, c, 3), c->mask);
+  return psm_test_project (g, hc);
+}
+
+START_TEST (test_lstm)
+{
+  PsmRng rng;
+  psm_rng_seed (&rng, 7);
+  int B = 3, H = 4;
+  Case c = { 0 };
+  alloc_in (&c, 0, 2, B, 4 * H, 0, &rng, 1.0f);
+  alloc_in (&c, 1, 2, B, H, 0, &rng, 1.0f);
+  alloc_in (&c, 2, 2, B, H, 0, &rng, 1.0f);
+  alloc_in (&c, 3, 2, H, 4 * H, 0, &rng, 0.8f);
+  c.mask[0] = 1;
+  c.mask[1] = 0;
+  c.mask[2] = 1;
+  PsmGraph *g = psm_graph_new ();
+  PsmTensor *xp = in (g, &c, 0), *h = in (g, &c, 1), *cc = in (g, &c, 2), *w = in (g, &c, 3);
+  PsmTensor *hc = psm_lstm_cell (g, xp, h, cc, w, c.mask);
+  PsmTensor *G = psm_add (g, xp, psm_matmul (g, h, w, FALSE, FALSE));
+  PsmTensor *i_ = psm_sigmoid (g, psm_slice (g, G, 0, H)), *f = psm_sigmoid (g, psm_slice (g, G, H, H));
+  PsmTensor *gg = psm_tanh (g, psm_slice (g, G, 2 * H, H)), *o = psm_sigmoid (g, psm_slice (g, G, 3 * H, H));
+  PsmTensor *cn = psm_add (g, psm_mul (g, f, cc), psm_mul (g, i_, gg));
+  PsmTensor *hn = psm_mul (g, o, psm_tanh (g, cn));
+  for (int b = 0; b < B; b++)
+    for (int j = 0; j < H; j++) {
+      gboolean keep = c.mask[b] != 0.0f;
+      ck_assert (fabsf ((keep ? hn : h)->data[b * H + j] - hc->data[b * H + j]) < 1e-5);
+      ck_assert (fabsf ((keep ? cn : cc)->data[b * H + j] - hc->data[B * H + b * H + j]) < 1e-5);
+    }
+  psm_graph_free (g);
+  check_all ("lstm_cell", f_lstm, &c, 4, 5e-3f);
+  free_case (&c);
+}
+END_TEST
+
+START_TEST (test_op_table)
+{
+  for (int i = 0; i < PSM_OP_COUNT; i++) {
+    ck_assert_msg (psm_op_table[i].name != NULL, "op %d has no row in psm_op_table", i);
+    ck_assert_msg (psm_op_table[i].backward != NULL, "op %s has no backward", psm_op_table[i].name);
+  }
+}
+END_TEST
+
+int
+main (void)
+{
+  Suite *s = suite_create ("ops");
+  TCase *tc = tcase_create ("ops");
+  tcase_set_timeout (tc, 120);
+  tcase_add_test (tc, test_op_table);
+  tcase_add_test (tc, test_matmul);
+  tcase_add_test (tc, test_linear);
+  tcase_add_test (tc, test_unary);
+  tcase_add_test (tc, test_binary);
+  tcase_add_test (tc, test_losses);
+  tcase_add_test (tc, test_gru);
+  tcase_add_test (tc, test_lstm);
+  suite_add_tcase (s, tc);
+  return psm_test_run (s);
+}

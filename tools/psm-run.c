@@ -1,0 +1,169 @@
+/* psm-run — train, evaluate and decode psm pipelines.
+ * Exit codes: 0 ok, 1 runtime error, 2 usage or config error. */
+#include "config.h"
+#include <locale.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include "psm/psm-pipeline.h"
+
+static gchar **opt_set;
+static gboolean opt_resume, opt_check, opt_list, opt_quiet, opt_version;
+static gchar *opt_mode, *opt_split;
+
+static GOptionEntry entries[] = {
+  { "set", 's', 0, G_OPTION_ARG_STRING_ARRAY, &opt_set,
+    "Override a setting, e.g. --set model.head.plugin=softmax (repeatable)", "KEY.PATH=VALUE" },
+  { "mode", 'm', 0, G_OPTION_ARG_STRING, &opt_mode,
+    "all (train, then test; default), train, eval (score the best checkpoint), decode (write its outputs)", "MODE" },
+  { "split", 0, 0, G_OPTION_ARG_STRING, &opt_split, "Split for eval/decode: valid or test (default test)", "SPLIT" },
+  { "resume", 'r', 0, G_OPTION_ARG_NONE, &opt_resume, "Continue training from the run folder's last checkpoint", NULL },
+  { "check", 0, 0, G_OPTION_ARG_NONE, &opt_check,
+    "Parse, validate, build, train a few steps on tiny data, decode, round-trip a checkpoint; write nothing", NULL },
+  { "list", 'l', 0, G_OPTION_ARG_NONE, &opt_list, "List every plugin and core section with its parameters", NULL },
+  { "quiet", 'q', 0, G_OPTION_ARG_NONE, &opt_quiet, "Only print results and errors", NULL },
+  { "version", 0, 0, G_OPTION_ARG_NONE, &opt_version, "Print the version", NULL },
+  { NULL }
+};
+
+static void
+print_spec (const PsmParamSpec *spec)
+{
+  if (!spec || !spec->name) {
+    printf ("      (no parameters)\n");
+    return;
+  }
+  for (const PsmParamSpec *p = spec; p->name; p++) {
+    char range[64] = "";
+    if ((p->type == PSM_PARAM_INT || p->type == PSM_PARAM_FLOAT) && p->min <= p->max)
+      g_snprintf (range, sizeof range, "[%g, %g]", p->min, p->max);
+    else if (p->type == PSM_PARAM_CHOICE)
+      g_snprintf (range, sizeof range, "%s", p->choices);
+    printf ("      %-16s %-7s %-10s %-22s %s\n", p->name,
+            p->type == PSM_PARAM_INT ? "int" : p->type == PSM_PARAM_FLOAT ? "float"
+            : p->type == PSM_PARAM_BOOL ? "bool" : p->type == PSM_PARAM_CHOICE ? "choice"
+            : p->type == PSM_PARAM_FILE ? "file" : "string",
+            p->def ? (*p->def ? p->def : "\"\"") : "(required)", range, p->doc);
+  }
+}
+
+static int
+do_list (void)
+{
+  GPtrArray *errors = g_ptr_array_new_with_free_func (g_free);
+  GPtrArray *all = psm_plugin_load_all (errors);
+  printf ("psm %s plugins (search path:", PACKAGE_VERSION);
+  for (const char *const *d = psm_plugin_path (); *d; d++)
+    printf (" %s", *d);
+  printf (")\n      %-16s %-7s %-10s %-22s %s\n", "parameter", "type", "default", "range", "meaning");
+  PsmKind last = 0;
+  for (guint i = 0; i < all->len; i++) {
+    const PsmPlugin *pl = g_ptr_array_index (all, i);
+    if (pl->desc->kind != last) {
+      printf ("\n%ss:\n", psm_kind_name (pl->desc->kind));
+      last = pl->desc->kind;
+    }
+    printf ("  %s — %s\n    %s\n", pl->desc->name, pl->desc->description, pl->path);
+    print_spec (pl->desc->params);
+  }
+  printf ("\ncore sections:\n");
+  for (const PsmCoreSection *cs = psm_core_sections (); cs->path; cs++) {
+    printf ("  %s — %s\n", cs->path, cs->doc);
+    print_spec (cs->spec);
+  }
+  for (guint i = 0; i < errors->len; i++)
+    fprintf (stderr, "psm-run: warning: %s\n", (char *) g_ptr_array_index (errors, i));
+  int rc = errors->len ? 1 : 0;
+  g_ptr_array_unref (all);
+  g_ptr_array_unref (errors);
+  return rc;
+}
+
+static int
+fail (GError *e)
+{
+  gboolean usage = e->domain == PSM_CONFIG_ERROR || e->domain == PSM_PLUGIN_ERROR ||
+                   (e->domain == PSM_RUN_ERROR && e->code == PSM_RUN_ERROR_USAGE) ||
+                   e->domain == G_OPTION_ERROR;
+  fprintf (stderr, "psm-run: %s\n", e->message);
+  g_error_free (e);
+  return usage ? 2 : 1;
+}
+
+int
+main (int argc, char **argv)
+{
+  setlocale (LC_ALL, "");
+  setlocale (LC_NUMERIC, "C");
+  GError *e = NULL;
+  GOptionContext *ctx = g_option_context_new ("PIPELINE.cfg — train, evaluate and decode a psm pipeline");
+  g_option_context_add_main_entries (ctx, entries, NULL);
+  g_option_context_set_description (ctx,
+    "Exit status: 0 ok, 1 runtime error (NaN loss, I/O, corrupt data or checkpoint),\n"
+    "2 usage or configuration error. Plugins are searched in $PSM_PLUGIN_PATH, then\n"
+    "the installed plugin folder. See psm-run(1) and psm-pipeline(5).\n");
+  if (!g_option_context_parse (ctx, &argc, &argv, &e)) {
+    fprintf (stderr, "psm-run: %s (try --help)\n", e->message);
+    g_error_free (e);
+    g_option_context_free (ctx);
+    return 2;
+  }
+  g_option_context_free (ctx);
+  if (opt_version) {
+    printf ("psm-run %s (plugin ABI %d.%d)\n", PACKAGE_VERSION, PSM_ABI_MAJOR, PSM_ABI_MINOR);
+    return 0;
+  }
+  if (opt_list)
+    return do_list ();
+  if (argc != 2) {
+    fprintf (stderr, "psm-run: expected one pipeline file (try --help)\n");
+    return 2;
+  }
+  const char *mode = opt_mode ? opt_mode : "all";
+  if (strcmp (mode, "all") && strcmp (mode, "train") && strcmp (mode, "eval") && strcmp (mode, "decode")) {
+    fprintf (stderr, "psm-run: --mode %s: expected all, train, eval or decode\n", mode);
+    return 2;
+  }
+  PsmSplit split = PSM_SPLIT_TEST;
+  if (opt_split && strcmp (opt_split, "test") != 0) {
+    if (strcmp (opt_split, "valid") != 0) {
+      fprintf (stderr, "psm-run: --split %s: expected valid or test\n", opt_split);
+      return 2;
+    }
+    split = PSM_SPLIT_VALID;
+  }
+  if (opt_resume && opt_check) {
+    fprintf (stderr, "psm-run: --resume and --check exclude each other\n");
+    return 2;
+  }
+
+  PsmPipeline *pl = psm_pipeline_load (argv[1], (const char *const *) opt_set, &e);
+  if (!pl)
+    return fail (e);
+  for (guint i = 0; psm_pipeline_note (pl, i); i++)
+    fprintf (stderr, "psm-run: note: %s\n", psm_pipeline_note (pl, i));
+  PsmModel *m = psm_model_new (pl, opt_check, &e);
+  if (!m) {
+    psm_pipeline_free (pl);
+    return fail (e);
+  }
+  gboolean ok = TRUE;
+  if (opt_check) {
+    ok = psm_run_check (m, &e);
+  } else {
+    if (strcmp (mode, "all") == 0 || strcmp (mode, "train") == 0) {
+      PsmTrainOptions to = { opt_resume, opt_quiet, isatty (STDERR_FILENO) };
+      ok = psm_train (m, &to, &e);
+    }
+    if (ok && strcmp (mode, "all") == 0)
+      ok = psm_run_eval (m, PSM_SPLIT_TEST, FALSE, &e);
+    if (ok && strcmp (mode, "eval") == 0)
+      ok = psm_run_eval (m, split, FALSE, &e);
+    if (ok && strcmp (mode, "decode") == 0)
+      ok = psm_run_eval (m, split, TRUE, &e);
+  }
+  psm_model_free (m);
+  psm_pipeline_free (pl);
+  g_strfreev (opt_set);
+  return ok ? 0 : fail (e);
+}
