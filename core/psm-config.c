@@ -163,7 +163,7 @@ static void
 fmt_range (GString *s, const PsmParamSpec *p)
 {
   if (p->min <= p->max)
-    g_string_append_printf (s, "[%g, %g]", p->min, p->max);
+    g_string_append_printf (s, "[%.10g, %.10g]", p->min, p->max);
 }
 
 static void

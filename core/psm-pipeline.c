@@ -42,12 +42,6 @@ static const PsmParamSpec eval_spec[] = {
   PSM_PARAM_END
 };
 
-static const PsmParamSpec decode_spec[] = {
-  { "beam", PSM_PARAM_INT, "1", 1, 1, "beam size (this release decodes greedily)", NULL },
-  { "max_len", PSM_PARAM_INT, "100", 1, 100000, "longest output", NULL },
-  PSM_PARAM_END
-};
-
 static const PsmParamSpec run_spec[] = {
   { "dir", PSM_PARAM_STRING, "", PSM_NO_RANGE, "run folder (default runs/<pipeline name>)", NULL },
   PSM_PARAM_END
@@ -58,7 +52,6 @@ static const PsmCoreSection core_sections[] = {
   { "train", "training loop", train_spec },
   { "train.optimizer", "optimiser", optimizer_spec },
   { "eval", "evaluation", eval_spec },
-  { "decode", "decoding", decode_spec },
   { "run", "run folder", run_spec },
   { NULL, NULL, NULL }
 };
@@ -268,7 +261,7 @@ psm_pipeline_load (const char *file, const char *const *sets, GError **error)
 
   GPtrArray *errors = g_ptr_array_new_with_free_func (g_free);
   GError *plugin_error = NULL;
-  const char *top[] = { "task", "model", "train", "eval", "decode", "metrics", "run", NULL };
+  const char *top[] = { "task", "model", "train", "eval", "metrics", "run", NULL };
   check_keys (file, config_root_setting (&pl->cfg), "", top, errors);
   const char *model_keys[] = { "embedding", "encoder", "decoder", "head", NULL };
   config_setting_t *model = lookup (&pl->cfg, "model");

@@ -35,6 +35,11 @@ expect 0 "--help" "--resume" -- "$run" --help
 expect 0 "--version" "plugin ABI 1.0" -- "$run" --version
 expect 0 "--list shows plugins and their parameters" "temperature" -- "$run" --list
 grep -q "rarest_word" "$tmp/out" && grep -q "train.optimizer" "$tmp/out" && ok "--list shows tasks and core sections" || bad "--list shows tasks and core sections"
+missing=""
+for name in $(awk '/^      [a-z_0-9]+ +(int|float|bool|string|choice|file) /{print $1}' "$tmp/out" | sort -u); do
+  grep -q -w -- "$name" "$top_srcdir/doc/psm-pipeline.5" || missing="$missing $name"
+done
+[ -z "$missing" ] && ok "psm-pipeline(5) documents every declared parameter" || { echo "    undocumented:$missing"; bad "psm-pipeline(5) documents every declared parameter"; }
 expect 2 "no pipeline: usage error" "expected one pipeline file" -- "$run"
 expect 2 "bad option value" "expected all, train, eval or decode" -- "$run" --mode fly "$tmp/tiny.cfg"
 expect 2 "missing pipeline file" "nope.cfg: cannot read pipeline: no such file" -- "$run" "$tmp/nope.cfg"

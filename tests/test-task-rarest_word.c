@@ -126,7 +126,7 @@ START_TEST (test_bad_config)
   const PsmPluginDesc *d = psm_test_plugin (PSM_KIND_TASK, "rarest_word");
   char *errs = NULL;
   ck_assert (!psm_test_section ("vocab = 1;\n  geometric_p = 1.5;", "task", d->params, &errs));
-  ck_assert_msg (strstr (errs, "inline.cfg:2: task.vocab: value 1 out of range (expected [2, 1e+06])"), "%s", errs);
+  ck_assert_msg (strstr (errs, "inline.cfg:2: task.vocab: value 1 out of range (expected [2, 1000000])"), "%s", errs);
   ck_assert_msg (strstr (errs, "inline.cfg:3: task.geometric_p: value 1.5 out of range"), "%s", errs);
   g_free (errs);
   const PsmSection *sec = psm_test_section ("vocab = 10;\n  pointer_words = 10;", "task", d->params, &errs);

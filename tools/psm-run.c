@@ -36,7 +36,7 @@ print_spec (const PsmParamSpec *spec)
   for (const PsmParamSpec *p = spec; p->name; p++) {
     char range[64] = "";
     if ((p->type == PSM_PARAM_INT || p->type == PSM_PARAM_FLOAT) && p->min <= p->max)
-      g_snprintf (range, sizeof range, "[%g, %g]", p->min, p->max);
+      g_snprintf (range, sizeof range, "[%.10g, %.10g]", p->min, p->max);
     else if (p->type == PSM_PARAM_CHOICE)
       g_snprintf (range, sizeof range, "%s", p->choices);
     printf ("      %-16s %-7s %-10s %-22s %s\n", p->name,
