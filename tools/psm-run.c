@@ -7,6 +7,8 @@
 #include <unistd.h>
 #include "psm/psm-pipeline.h"
 
+char *openblas_get_corename (void);   /* OpenBLAS extension, in its cblas.h */
+
 static gchar **opt_set;
 static gboolean opt_resume, opt_check, opt_list, opt_quiet, opt_version;
 static gchar *opt_mode, *opt_split;
@@ -110,7 +112,8 @@ main (int argc, char **argv)
   }
   g_option_context_free (ctx);
   if (opt_version) {
-    printf ("psm-run %s (plugin ABI %d.%d)\n", PACKAGE_VERSION, PSM_ABI_MAJOR, PSM_ABI_MINOR);
+    printf ("psm-run %s (plugin ABI %d.%d; OpenBLAS kernels: %s)\n", PACKAGE_VERSION, PSM_ABI_MAJOR,
+            PSM_ABI_MINOR, openblas_get_corename ());
     return 0;
   }
   if (opt_list)

@@ -2,13 +2,14 @@
  *   add:     y = a + b[i mod |b|];  da += dy,  db[j] += sum_{i mod |b| = j} dy[i]
  *   mul:     y = a * b;             da += dy * b,  db += dy * a
  *   scale:   y = k a;               da += k dy
- *   sigmoid: y = 1 / (1 + e^-x);    dx += dy y (1 - y)
+ *   sigmoid: y = 1 / (1 + e^-x);    dx += dy y (1 - y)   (fastmath.h)
  *   tanh:    y = tanh x;            dx += dy (1 - y^2)
  *   relu:    y = max(x, 0);         dx += dy [y > 0] */
 #include "config.h"
 #include <math.h>
 #include <string.h>
 #include "psm-private.h"
+#include "fastmath.h"
 
 PsmTensor *
 psm_add (PsmGraph *g, PsmTensor *a, PsmTensor *b)
@@ -89,6 +90,7 @@ psm_scale_backward (PsmNode *n)
   {                                                                            \
     PsmTensor *in[1] = { x };                                                  \
     PsmTensor *y = psm_op_out (g, x->ndim, x->shape, 1, in);                   \
+    _Pragma ("omp simd")                                                       \
     for (size_t i = 0; i < x->n; i++) {                                        \
       float v = x->data[i];                                                    \
       y->data[i] = (expr);                                                     \
@@ -97,8 +99,8 @@ psm_scale_backward (PsmNode *n)
     return y;                                                                  \
   }
 
-UNARY (sigmoid, PSM_OP_SIGMOID, psm_sigmoidf (v))
-UNARY (tanh, PSM_OP_TANH, tanhf (v))
+UNARY (sigmoid, PSM_OP_SIGMOID, psm_fast_sigmoidf (v))
+UNARY (tanh, PSM_OP_TANH, psm_fast_tanhf (v))
 UNARY (relu, PSM_OP_RELU, v > 0.0f ? v : 0.0f)
 
 void

@@ -13,6 +13,11 @@
 #include <math.h>
 #include <string.h>
 #include "psm-private.h"
+#include "fastmath.h"
+
+/* Rows per OpenMP chunk: the gate loops run in parallel only when a step is
+ * big enough to pay for the fork (B H >= 16384). */
+#define GRU_PAR(B, H) ((long) (B) * (H) >= 16384)
 
 /* Forward of one step for all rows; writes h' and the saved gates. */
 static void
@@ -22,6 +27,7 @@ gru_step_forward (int B, int H, const float *xp, const float *h, const float *w,
   for (int b = 0; b < B; b++)
     memcpy (G + (size_t) b * 3 * H, bh, 3 * H * sizeof (float));
   psm_gemm (FALSE, FALSE, B, 3 * H, H, 1.0f, h, H, w, 3 * H, 1.0f, G, 3 * H);
+#pragma omp parallel for if (GRU_PAR (B, H)) schedule (static)
   for (int b = 0; b < B; b++) {
     const float *x = xp + (size_t) b * 3 * H, *gr = G + (size_t) b * 3 * H, *hp = h + (size_t) b * H;
     float *s = sv + (size_t) b * 4 * H, *ho = hout + (size_t) b * H;
@@ -30,14 +36,16 @@ gru_step_forward (int B, int H, const float *xp, const float *h, const float *w,
       memset (s, 0, 4 * H * sizeof (float));
       continue;
     }
+    /* s = [r z n G_n]: r and z are contiguous, one vector loop for both */
+#pragma omp simd
+    for (int j = 0; j < 2 * H; j++)
+      s[j] = psm_fast_sigmoidf (x[j] + gr[j]);
+#pragma omp simd
     for (int j = 0; j < H; j++) {
-      float r = psm_sigmoidf (x[j] + gr[j]);
-      float z = psm_sigmoidf (x[H + j] + gr[H + j]);
       float gn = gr[2 * H + j];
-      float n = tanhf (x[2 * H + j] + r * gn);
+      float n = psm_fast_tanhf (x[2 * H + j] + s[j] * gn);
+      float z = s[H + j];
       ho[j] = (1.0f - z) * n + z * hp[j];
-      s[j] = r;
-      s[H + j] = z;
       s[2 * H + j] = n;
       s[3 * H + j] = gn;
     }
@@ -50,35 +58,43 @@ static void
 gru_step_backward (int B, int H, const float *dho, const float *h, const float *sv,
                    const float *mask, float *dG, float *dxp, float *dh)
 {
+#pragma omp parallel for if (GRU_PAR (B, H)) schedule (static)
   for (int b = 0; b < B; b++) {
     const float *d = dho + (size_t) b * H, *hp = h + (size_t) b * H, *s = sv + (size_t) b * 4 * H;
     float *g = dG + (size_t) b * 3 * H;
+    float *dhb = dh ? dh + (size_t) b * H : NULL;
     if (mask && mask[b] == 0.0f) {
       memset (g, 0, 3 * H * sizeof (float));
-      if (dh)
+      if (dhb)
         for (int j = 0; j < H; j++)
-          dh[(size_t) b * H + j] += d[j];
+          dhb[j] += d[j];
       continue;
     }
+#pragma omp simd
     for (int j = 0; j < H; j++) {
       float r = s[j], z = s[H + j], n = s[2 * H + j], gn = s[3 * H + j];
       float dn = d[j] * (1.0f - z);
       float dz = d[j] * (hp[j] - n);
       float dan = dn * (1.0f - n * n);
-      float daz = dz * z * (1.0f - z);
-      float dar = dan * gn * r * (1.0f - r);
-      g[j] = dar;
-      g[H + j] = daz;
+      g[j] = dan * gn * r * (1.0f - r);
+      g[H + j] = dz * z * (1.0f - z);
       g[2 * H + j] = dan * r;
-      if (dxp) {
-        float *dx = dxp + (size_t) b * 3 * H;
-        dx[j] += dar;
-        dx[H + j] += daz;
-        dx[2 * H + j] += dan;
-      }
-      if (dh)
-        dh[(size_t) b * H + j] += d[j] * z;
     }
+    if (dxp) {
+      float *dx = dxp + (size_t) b * 3 * H;
+#pragma omp simd
+      for (int j = 0; j < 2 * H; j++)
+        dx[j] += g[j];
+#pragma omp simd
+      for (int j = 0; j < H; j++) {   /* da_n again: cheaper than a buffer */
+        float z = s[H + j], n = s[2 * H + j];
+        dx[2 * H + j] += d[j] * (1.0f - z) * (1.0f - n * n);
+      }
+    }
+    if (dhb)
+#pragma omp simd
+      for (int j = 0; j < H; j++)
+        dhb[j] += d[j] * s[H + j];
   }
 }
 

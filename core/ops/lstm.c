@@ -13,6 +13,7 @@
 #include <math.h>
 #include <string.h>
 #include "psm-private.h"
+#include "fastmath.h"
 
 PsmTensor *
 psm_lstm_cell (PsmGraph *g, PsmTensor *xp, PsmTensor *h, PsmTensor *c, PsmTensor *w, const float *mask)
@@ -36,16 +37,20 @@ psm_lstm_cell (PsmGraph *g, PsmTensor *xp, PsmTensor *h, PsmTensor *c, PsmTensor
       memcpy (co + (size_t) b * H, cp, H * sizeof (float));
       continue;
     }
+    /* s = [i f g o tanh c']: gates first, in two vector loops */
+#pragma omp simd
+    for (int j = 0; j < 2 * H; j++)
+      s[j] = psm_fast_sigmoidf (gr[j]);
+#pragma omp simd
     for (int j = 0; j < H; j++) {
-      float i_ = psm_sigmoidf (gr[j]), f = psm_sigmoidf (gr[H + j]);
-      float gg = tanhf (gr[2 * H + j]), o = psm_sigmoidf (gr[3 * H + j]);
-      float cn = f * cp[j] + i_ * gg, tc = tanhf (cn);
+      s[2 * H + j] = psm_fast_tanhf (gr[2 * H + j]);
+      s[3 * H + j] = psm_fast_sigmoidf (gr[3 * H + j]);
+    }
+#pragma omp simd
+    for (int j = 0; j < H; j++) {
+      float cn = s[H + j] * cp[j] + s[j] * s[2 * H + j], tc = psm_fast_tanhf (cn);
       co[(size_t) b * H + j] = cn;
-      ho[(size_t) b * H + j] = o * tc;
-      s[j] = i_;
-      s[H + j] = f;
-      s[2 * H + j] = gg;
-      s[3 * H + j] = o;
+      ho[(size_t) b * H + j] = s[3 * H + j] * tc;
       s[4 * H + j] = tc;
     }
   }
