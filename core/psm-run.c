@@ -149,7 +149,7 @@ psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error)
   PsmGraph *g = psm_model_graph (m);
   PsmBatch *batch = psm_model_batch (m);
   GTimer *timer = g_timer_new ();
-  double win_loss = 0.0, win_tokens = 0.0, t_win = 0.0;
+  double win_loss = 0.0, win_tokens = 0.0, t_win = 0.0, t_live = 0.0;
   long win_n = 0, start_step = meta.step;
   if (!opt->quiet)
     printf ("training %s: %ld steps of %d examples, %zu parameters, run folder %s\n",
@@ -190,6 +190,14 @@ psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error)
     win_n++;
     long done = step + 1;
     double now = g_timer_elapsed (timer, NULL);
+    if (opt->progress && !opt->quiet && now - t_live >= 0.5 && done % log_every != 0) {
+      double eta = (double) (steps - done) * (now / (double) (done - start_step));
+      char etab[32];
+      fmt_duration (etab, sizeof etab, eta);
+      fprintf (stderr, "\rstep %ld/%ld  loss %.4f  %.0f tok/s  ETA %s   ", done, steps, win_loss / win_n,
+               now > t_win ? win_tokens / (now - t_win) : 0.0, etab);
+      t_live = now;
+    }
     if (done % log_every == 0 || done == steps) {
       double dt = now - t_win, rate = dt > 0 ? win_tokens / dt : 0.0;
       double eta = (double) (steps - done) * (now / (double) (done - start_step));
@@ -268,6 +276,12 @@ psm_run_eval (PsmModel *m, PsmSplit split, gboolean write_decodes, GError **erro
   if (!g_file_test (path, G_FILE_TEST_EXISTS)) {
     g_free (path);
     path = g_build_filename (dir, "last.ckpt", NULL);
+  }
+  if (!g_file_test (path, G_FILE_TEST_EXISTS)) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_USAGE,
+                 "%s: no checkpoint to evaluate (train first, or point --set run.dir at a run)", dir);
+    g_free (path);
+    return FALSE;
   }
   PsmCheckpointMeta meta;
   if (!psm_checkpoint_load (path, psm_model_params (m), NULL, &meta, error)) {

@@ -76,6 +76,7 @@ cp -r "$tmp/r" "$tmp/corrupt"
 printf 'X' | dd of="$tmp/corrupt/last.ckpt" bs=1 seek=200 conv=notrunc 2>/dev/null
 expect 1 "corrupt checkpoint is refused" "checksum mismatch" -- "$run" --mode train --resume "$tmp/tiny.cfg" --set "run.dir=$tmp/corrupt" --set train.steps=40
 
+expect 2 "eval without a run is a usage error" "no checkpoint to evaluate" -- "$run" --mode eval "$tmp/tiny.cfg" --set "run.dir=$tmp/none"
 # eval and decode from the best checkpoint
 expect 0 "eval on valid" "valid (.*best.ckpt)" -- "$run" --mode eval --split valid "$tmp/tiny.cfg" --set "run.dir=$tmp/a"
 expect 0 "decode writes outputs" "decodes written to" -- "$run" --mode decode "$tmp/tiny.cfg" --set "run.dir=$tmp/a"

@@ -72,8 +72,6 @@ START_TEST (test_good_and_set)
   /* --set swaps the head, changes a number, adds a key, sets a float from an int */
   const char *sets[] = { "model.head.plugin=softmax", "task.length=9", "train.clip_norm=5",
                          "run.dir=\"/tmp/x y\"", NULL };
-  const char *bad_for_softmax = "model.head.hidden=4";
-  (void) bad_for_softmax;
   pl = psm_pipeline_load (path, sets, &e);
   ck_assert_msg (pl, "%s", e ? e->message : "");
   ck_assert_str_eq (psm_pipeline_plugin (pl, "model.head")->desc->name, "softmax");

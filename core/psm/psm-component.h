@@ -5,8 +5,6 @@
 #include "psm-config.h"
 G_BEGIN_DECLS
 
-typedef struct PsmTask PsmTask;
-
 /* Sizes fixed by the task (PsmTaskClass.info). */
 typedef struct {
   guint32 size;

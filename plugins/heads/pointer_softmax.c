@@ -116,6 +116,7 @@ forward_step (PointerSoftmax *s, PsmGraph *g, PsmParams *p, const PsmEncoding *e
   PsmTensor *scbt, *ul;
   if (s->summary) {
     /* location from c alone: scores for the first T of maxT positions */
+    g_return_if_fail (T <= s->maxT);   /* the task promised max_src_len */
     ul = psm_tanh (g, psm_linear (g, c, psm_param (g, p, s->w_l), psm_param (g, p, s->b_l)));
     scbt = psm_linear (g, ul, psm_param (g, p, s->u_l), psm_param (g, p, s->b_L));
     if (T < s->maxT)
