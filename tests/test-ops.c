@@ -452,6 +452,56 @@ START_TEST (test_lstm)
 }
 END_TEST
 
+/* Forward of the layout ops and reductions against plain loops. */
+START_TEST (test_layout_forward)
+{
+  PsmGraph *g = psm_graph_new ();
+  psm_graph_set_grad (g, FALSE);
+  float a[2 * 3 * 4];
+  for (int i = 0; i < 24; i++)
+    a[i] = (float) i;
+  PsmTensor *x = psm_tensor_wrap (g, a, NULL, 3, (int[]) { 2, 3, 4 });   /* [D0, D1, C] */
+  int32_t ids[3] = { 5, 0, 5 };
+  PsmTensor *e = psm_embedding (g, psm_tensor_wrap (g, a, NULL, 2, (int[]) { 6, 4 }), ids, 3);
+  PsmTensor *gr = psm_gather_rows (g, x, ids, 3);
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 4; j++) {
+      ck_assert (e->data[i * 4 + j] == a[ids[i] * 4 + j]);
+      ck_assert (gr->data[i * 4 + j] == a[ids[i] * 4 + j]);
+    }
+  int32_t k[6] = { 3, -1, 0, 2, 1, 1 };
+  PsmTensor *pk = psm_pick (g, x, k);
+  for (int r = 0; r < 6; r++)
+    ck_assert (pk->data[r] == (k[r] < 0 ? 0.0f : a[r * 4 + k[r]]));
+  PsmTensor *sl = psm_slice (g, x, 1, 2), *cc = psm_concat (g, x, sl), *tr = psm_transpose01 (g, x);
+  ck_assert_int_eq (cc->shape[2], 6);
+  ck_assert_int_eq (tr->shape[0], 3);
+  for (int d0 = 0; d0 < 2; d0++)
+    for (int d1 = 0; d1 < 3; d1++)
+      for (int c = 0; c < 6; c++) {
+        float v = a[(d0 * 3 + d1) * 4 + (c < 4 ? c : c - 4 + 1)];
+        ck_assert (cc->data[(d0 * 3 + d1) * 6 + c] == v);
+        if (c < 2)
+          ck_assert (sl->data[(d0 * 3 + d1) * 2 + c] == a[(d0 * 3 + d1) * 4 + 1 + c]);
+        if (c < 4)
+          ck_assert (tr->data[(d1 * 2 + d0) * 4 + c] == a[(d0 * 3 + d1) * 4 + c]);
+      }
+  /* attend: ctx[b] = sum_t w[b, t] v[t, b] with v = x as [T=2, B=3, H=4] */
+  float w[3 * 2] = { 0.25f, 0.75f, 1.0f, 0.0f, 0.5f, 0.5f };
+  PsmTensor *ctx = psm_attend (g, psm_tensor_wrap (g, w, NULL, 2, (int[]) { 3, 2 }), x);
+  for (int b = 0; b < 3; b++)
+    for (int j = 0; j < 4; j++)
+      ck_assert (fabsf (ctx->data[b * 4 + j] - (w[b * 2] * a[(0 * 3 + b) * 4 + j] + w[b * 2 + 1] * a[(1 * 3 + b) * 4 + j])) < 1e-6);
+  ck_assert (psm_sum (g, x)->data[0] == 276.0f);
+  ck_assert (psm_mean (g, x)->data[0] == 11.5f);
+  /* add tiles b over a: bias [C] and [D1, C] over D0 */
+  PsmTensor *ad = psm_add (g, x, psm_tensor_wrap (g, a, NULL, 2, (int[]) { 3, 4 }));
+  for (int i = 0; i < 24; i++)
+    ck_assert (ad->data[i] == a[i] + a[i % 12]);
+  psm_graph_free (g);
+}
+END_TEST
+
 START_TEST (test_op_table)
 {
   for (int i = 0; i < PSM_OP_COUNT; i++) {
@@ -468,6 +518,7 @@ main (void)
   TCase *tc = tcase_create ("ops");
   tcase_set_timeout (tc, 120);
   tcase_add_test (tc, test_op_table);
+  tcase_add_test (tc, test_layout_forward);
   tcase_add_test (tc, test_matmul);
   tcase_add_test (tc, test_linear);
   tcase_add_test (tc, test_unary);
