@@ -76,10 +76,12 @@ START_TEST (test_matmul)
 {
   PsmRng rng;
   psm_rng_seed (&rng, 1);
+  /* N = 300: few rows and many columns take psm_gemm's column-split path */
+  for (int wide = 0; wide < 2; wide++)
   for (int ta = 0; ta < 2; ta++)
     for (int tb = 0; tb < 2; tb++) {
       Case c = { 0 };
-      int M = 5, K = 7, N = 4;
+      int M = 5, K = 7, N = wide ? 300 : 4;
       alloc_in (&c, 0, 2, ta ? K : M, ta ? M : K, 0, &rng, 1.0f);
       alloc_in (&c, 1, 2, tb ? N : K, tb ? K : N, 0, &rng, 1.0f);
       c.iarg[0] = ta;
@@ -92,7 +94,7 @@ START_TEST (test_matmul)
           double s = 0;
           for (int k = 0; k < K; k++)
             s += (double) c.x[0][ta ? k * M + i : i * K + k] * c.x[1][tb ? j * K + k : k * N + j];
-          ck_assert_msg (fabs (s - y->data[i * N + j]) < 1e-4, "matmul ta=%d tb=%d forward", ta, tb);
+          ck_assert_msg (fabs (s - y->data[i * N + j]) < 1e-4, "matmul ta=%d tb=%d N=%d forward", ta, tb, N);
         }
       psm_graph_free (g);
       check_all ("matmul", f_matmul, &c, 2, 1e-2f);
