@@ -84,6 +84,15 @@ better (const PsmEvalResult *r, double best, gboolean have_best)
   return r->higher_is_better ? r->primary > best : r->primary < best;
 }
 
+/* What a stopped run leaves behind, for its error message. */
+static char *
+kept_msg (const char *last)
+{
+  if (g_file_test (last, G_FILE_TEST_EXISTS))
+    return g_strdup_printf ("The last good checkpoint (%s) is intact.", last);
+  return g_strdup ("No checkpoint had been written yet (the first is written at the first validation).");
+}
+
 gboolean
 psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error)
 {
@@ -96,6 +105,7 @@ psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error)
   char *cfg_path = g_build_filename (dir, "pipeline.cfg", NULL);
   PsmOptim *optim = NULL;
   FILE *log = NULL;
+  char *kept = NULL;
   gboolean ok = FALSE;
 
   if (!opt->resume && g_file_test (last, G_FILE_TEST_EXISTS)) {
@@ -164,17 +174,15 @@ psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error)
     if (!isfinite (lv)) {
       if (opt->progress && !opt->quiet)
         fprintf (stderr, "\n");
-      g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
-                   "step %ld: training loss is %s; training stopped. The last good checkpoint (%s) is intact.",
-                   step, isnan (lv) ? "NaN" : "infinite", last);
+      g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "step %ld: training loss is %s; training stopped. %s",
+                   step, isnan (lv) ? "NaN" : "infinite", kept = kept_msg (last));
       goto out_timer;
     }
     psm_backward (g, loss);
     double gnorm = psm_params_clip (params, clip);
     if (!isfinite (gnorm)) {
-      g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
-                   "step %ld: gradient norm is %s; training stopped. The last good checkpoint (%s) is intact.",
-                   step, isnan (gnorm) ? "NaN" : "infinite", last);
+      g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "step %ld: gradient norm is %s; training stopped. %s",
+                   step, isnan (gnorm) ? "NaN" : "infinite", kept = kept_msg (last));
       goto out_timer;
     }
     psm_optim_step (optim, step);
@@ -224,8 +232,7 @@ psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error)
         goto out_timer;
       if (!isfinite (r.loss)) {
         g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
-                     "step %ld: validation loss is not finite; training stopped. The last good checkpoint (%s) is intact.",
-                     done, last);
+                     "step %ld: validation loss is not finite; training stopped. %s", done, kept = kept_msg (last));
         goto out_timer;
       }
       gboolean is_best = better (&r, meta.best_metric, have_best);
@@ -254,6 +261,7 @@ out:
   if (log)
     fclose (log);
   psm_optim_free (optim);
+  g_free (kept);
   g_free (last);
   g_free (best_path);
   g_free (log_path);

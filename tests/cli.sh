@@ -89,6 +89,8 @@ expect 1 "NaN loss stops training and names the step" "step 25: training loss is
 [ -s "$tmp/nan/last.ckpt" ] && ok "the last good checkpoint is there" || bad "the last good checkpoint is there"
 expect 0 "and training resumes from it (step 20, before the NaN)" "resumed .*last.ckpt at step 20" -- \
   "$run" --mode train --resume "$tmp/tiny.cfg" --set "run.dir=$tmp/nan" --set model.head.plugin=nan --set model.head.nan_after=100
+expect 1 "NaN before the first checkpoint says none was written" "step 3: training loss is NaN; training stopped. No checkpoint had been written yet" -- \
+  "$run" --mode train "$tmp/tiny.cfg" --set "run.dir=$tmp/nan0" --set model.head.plugin=nan --set model.head.nan_after=3
 expect 1 "--list names broken plugins on the path" "not a psm plugin" -- "$run" --list
 
 echo "Checks: $n, Failures: $fails"
