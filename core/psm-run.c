@@ -48,6 +48,16 @@ fmt_duration (char *buf, size_t n, double s)
     g_snprintf (buf, n, "%dh%02dm", (int) s / 3600, ((int) s % 3600) / 60);
 }
 
+/* "step N/M  loss L  R tok/s  ETA T": the progress line and log line. */
+static void
+progress_text (char *buf, size_t n, long done, long steps, long start_step, double elapsed,
+               double loss, double rate)
+{
+  char eta[32];
+  fmt_duration (eta, sizeof eta, (double) (steps - done) * (elapsed / (double) (done - start_step)));
+  g_snprintf (buf, n, "step %ld/%ld  loss %.4f  %.0f tok/s  ETA %s", done, steps, loss, rate, eta);
+}
+
 static void
 json_eval (FILE *log, long step, const char *split, double t, const PsmEvalResult *r)
 {
@@ -160,6 +170,7 @@ psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error)
   PsmBatch *batch = psm_model_batch (m);
   GTimer *timer = g_timer_new ();
   double win_loss = 0.0, win_tokens = 0.0, t_win = 0.0, t_live = 0.0;
+  char line[160];
   long win_n = 0, start_step = meta.step;
   if (!opt->quiet)
     printf ("training %s: %ld steps of %d examples, %zu parameters, run folder %s\n",
@@ -199,27 +210,22 @@ psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error)
     long done = step + 1;
     double now = g_timer_elapsed (timer, NULL);
     if (opt->progress && !opt->quiet && now - t_live >= 0.5 && done % log_every != 0) {
-      double eta = (double) (steps - done) * (now / (double) (done - start_step));
-      char etab[32];
-      fmt_duration (etab, sizeof etab, eta);
-      fprintf (stderr, "\rstep %ld/%ld  loss %.4f  %.0f tok/s  ETA %s   ", done, steps, win_loss / win_n,
-               now > t_win ? win_tokens / (now - t_win) : 0.0, etab);
+      progress_text (line, sizeof line, done, steps, start_step, now, win_loss / win_n,
+                     now > t_win ? win_tokens / (now - t_win) : 0.0);
+      fprintf (stderr, "\r%s   ", line);
       t_live = now;
     }
     if (done % log_every == 0 || done == steps) {
       double dt = now - t_win, rate = dt > 0 ? win_tokens / dt : 0.0;
-      double eta = (double) (steps - done) * (now / (double) (done - start_step));
-      char etab[32];
-      fmt_duration (etab, sizeof etab, eta);
+      progress_text (line, sizeof line, done, steps, start_step, now, win_loss / win_n, rate);
       fprintf (log, "{\"step\": %ld, \"split\": \"train\", \"time\": %.3f, \"loss\": %.6g, \"lr\": %.6g, \"grad_norm\": %.6g, \"tokens_per_s\": %.1f}\n",
                done, now, win_loss / win_n, psm_optim_lr (optim, step), gnorm, rate);
       fflush (log);
       if (!opt->quiet) {
         if (opt->progress)
-          fprintf (stderr, "\rstep %ld/%ld  loss %.4f  %.0f tok/s  ETA %s   ", done, steps,
-                   win_loss / win_n, rate, etab);
+          fprintf (stderr, "\r%s   ", line);
         else
-          printf ("step %ld/%ld  loss %.4f  %.0f tok/s  ETA %s\n", done, steps, win_loss / win_n, rate, etab);
+          printf ("%s\n", line);
         fflush (stdout);
       }
       win_loss = win_tokens = 0.0;
