@@ -23,5 +23,4 @@ void psm_validate_group (const char *file, config_setting_t *group, const char *
                          const PsmParamSpec *spec, const char *const *extra, GPtrArray *errors);
 /* Applies "a.b.c=value" to cfg; FALSE with error on a malformed override. */
 gboolean psm_config_apply_set (config_t *cfg, const char *assignment, GError **error);
-const char *psm_param_type_name (PsmParamType t);
 #endif

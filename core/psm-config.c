@@ -159,11 +159,14 @@ choice_ok (const char *choices, const char *v)
   return ok;
 }
 
-static void
-fmt_range (GString *s, const PsmParamSpec *p)
+char *
+psm_param_range (const PsmParamSpec *p)
 {
-  if (p->min <= p->max)
-    g_string_append_printf (s, "[%.10g, %.10g]", p->min, p->max);
+  if ((p->type == PSM_PARAM_INT || p->type == PSM_PARAM_FLOAT) && p->min <= p->max)
+    return g_strdup_printf ("[%.10g, %.10g]", p->min, p->max);
+  if (p->type == PSM_PARAM_CHOICE && p->choices)
+    return g_strdup (p->choices);
+  return g_strdup ("");
 }
 
 static void
@@ -204,10 +207,9 @@ check_value (const char *file, config_setting_t *m, const char *path, const PsmP
     if (!isfinite (v)) {
       add_error (errors, file, m, path, "value is not finite");
     } else if (p->min <= p->max && (v < p->min || v > p->max)) {
-      GString *r = g_string_new (NULL);
-      fmt_range (r, p);
-      add_error (errors, file, m, path, "value %g out of range (expected %s)", v, r->str);
-      g_string_free (r, TRUE);
+      char *r = psm_param_range (p);
+      add_error (errors, file, m, path, "value %g out of range (expected %s)", v, r);
+      g_free (r);
     }
     return;
   }

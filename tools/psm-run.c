@@ -36,16 +36,10 @@ print_spec (const PsmParamSpec *spec)
     return;
   }
   for (const PsmParamSpec *p = spec; p->name; p++) {
-    char range[64] = "";
-    if ((p->type == PSM_PARAM_INT || p->type == PSM_PARAM_FLOAT) && p->min <= p->max)
-      g_snprintf (range, sizeof range, "[%.10g, %.10g]", p->min, p->max);
-    else if (p->type == PSM_PARAM_CHOICE)
-      g_snprintf (range, sizeof range, "%s", p->choices);
-    printf ("      %-16s %-7s %-10s %-22s %s\n", p->name,
-            p->type == PSM_PARAM_INT ? "int" : p->type == PSM_PARAM_FLOAT ? "float"
-            : p->type == PSM_PARAM_BOOL ? "bool" : p->type == PSM_PARAM_CHOICE ? "choice"
-            : p->type == PSM_PARAM_FILE ? "file" : "string",
+    char *range = psm_param_range (p);
+    printf ("      %-16s %-7s %-10s %-22s %s\n", p->name, psm_param_type_name (p->type),
             p->def ? (*p->def ? p->def : "\"\"") : "(required)", range, p->doc);
+    g_free (range);
   }
 }
 

@@ -10,7 +10,6 @@
 #ifndef PSM_FASTMATH_H
 #define PSM_FASTMATH_H
 #include <stdint.h>
-#include <string.h>
 
 static inline float
 psm_fast_expf (float x)

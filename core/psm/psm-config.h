@@ -31,6 +31,12 @@ typedef struct {
 #define PSM_NO_RANGE 1.0, 0.0
 #define PSM_PARAM_END { NULL, 0, NULL, 0, 0, NULL, NULL }
 
+/* Allowed values of a parameter as text: "[min, max]" for a ranged INT or
+ * FLOAT, the choices ("a|b") for a CHOICE, "" otherwise. Free with g_free. */
+char *psm_param_range (const PsmParamSpec *p);
+/* "int", "float", "bool", "string", "choice" or "file". */
+const char *psm_param_type_name (PsmParamType t);
+
 /* A validated section: a spec plus the libconfig group it was read from. */
 typedef struct PsmSection PsmSection;
 
