@@ -66,8 +66,12 @@ psm_optim_step (PsmOptim *o, long step)
   size_t n = psm_params_size (o->p);
   float *w = psm_params_data (o->p), *g = psm_params_grad (o->p);
   float lr = (float) psm_optim_lr (o, step);
+  /* Each update is elementwise: the threads share the buffer out, and the
+   * result does not depend on how. */
+#define PAR _Pragma ("omp parallel for simd if (n >= 32768) schedule (static)")
   switch (c->kind) {
   case PSM_OPT_SGD:
+    PAR
     for (size_t i = 0; i < n; i++)
       w[i] -= lr * g[i];
     break;
@@ -76,6 +80,7 @@ psm_optim_step (PsmOptim *o, long step)
     double t = (double) step + 1;
     float a = (float) (c->lr * sqrt (1.0 - pow (c->beta2, t)) / (1.0 - pow (c->beta1, t)));
     float *m = o->state[0], *v = o->state[1];
+    PAR
     for (size_t i = 0; i < n; i++) {
       m[i] = b1 * m[i] + (1.0f - b1) * g[i];
       v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
@@ -85,6 +90,7 @@ psm_optim_step (PsmOptim *o, long step)
   }
   case PSM_OPT_ADAGRAD: {
     float *acc = o->state[0], eps = (float) c->eps;
+    PAR
     for (size_t i = 0; i < n; i++) {
       acc[i] += g[i] * g[i];
       w[i] -= lr * g[i] / (sqrtf (acc[i]) + eps);
@@ -94,6 +100,7 @@ psm_optim_step (PsmOptim *o, long step)
   case PSM_OPT_ADADELTA: {
     float rho = (float) c->rho, eps = (float) c->eps;
     float *acc = o->state[0], *upd = o->state[1];
+    PAR
     for (size_t i = 0; i < n; i++) {
       acc[i] = rho * acc[i] + (1.0f - rho) * g[i] * g[i];
       float d = sqrtf (upd[i] + eps) / sqrtf (acc[i] + eps) * g[i];
@@ -103,4 +110,5 @@ psm_optim_step (PsmOptim *o, long step)
     break;
   }
   }
+#undef PAR
 }

@@ -98,6 +98,37 @@ PSM_DECLARE_BACKWARD (attend);
 void psm_gemm (gboolean ta, gboolean tb, int M, int N, int K, float alpha,
                const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 
+/* out[C] += sum over the R rows of x[R, C] (bias gradients). */
+void psm_colsum_add (int R, int C, const float *x, float *out);
+
 static inline float psm_sigmoidf (float x) { return 1.0f / (1.0f + expf (-x)); }
+
+/* Few-row GEMM against a matrix packed once (core/ops/packgemm.c).
+ * psm_pack packs columns [0, n) of op(B) (K x n, op = transpose when tb; to
+ * start at column c, pass B + c, or B + c * ldb when tb) into
+ * psm_packed_floats (K, n) floats; psm_packed_gemm then sets
+ * C[M, 0..n) = A[M, K] op(B) and writes zeros up to the next multiple of
+ * PSM_PACK_NR columns, so ldc must leave room for them. Panel p of a packing
+ * starts at float p * K * PSM_PACK_NR, so threads can pack panels apart. */
+#if defined (__AVX512F__)
+#define PSM_PACK_VL 16   /* floats per vector register */
+#elif defined (__AVX__)
+#define PSM_PACK_VL 8
+#else
+#define PSM_PACK_VL 4
+#endif
+#define PSM_PACK_NR (2 * PSM_PACK_VL)
+#define PSM_PACK_MAX_ROWS 64
+/* Whether the recurrences use it: only where the build targets vector FMA
+ * (e.g. -march=native on a current x86-64); a baseline build keeps BLAS,
+ * whose kernels are chosen at run time. */
+#if defined (__AVX512F__) || (defined (__AVX2__) && defined (__FMA__))
+#define PSM_PACK_FAST 1
+#else
+#define PSM_PACK_FAST 0
+#endif
+size_t psm_packed_floats (int K, int n);
+void psm_pack (int K, int n, const float *B, int ldb, gboolean tb, float *out);
+void psm_packed_gemm (int M, int K, int n, const float *A, int lda, const float *Bp, float *C, int ldc);
 
 #endif

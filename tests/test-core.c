@@ -114,24 +114,40 @@ START_TEST (test_params)
 }
 END_TEST
 
-/* One scalar parameter w = 1 with gradients 0.5 then -0.25; expected
- * values computed by hand from each rule's definition. */
+/* A parameter of N elements, all w = 1 with gradients 0.5 then -0.25;
+ * expected values computed by hand from each rule's definition. N is large
+ * enough for the update to be shared out over the threads, and every
+ * element must come out the same. */
+#define OPT_N 40000
+
+static double
+all_same (PsmParams *p)
+{
+  const float *w = psm_params_data (p);
+  for (int i = 1; i < OPT_N; i++)
+    ck_assert_msg (w[i] == w[0], "element %d: %g, element 0: %g", i, w[i], w[0]);
+  return w[0];
+}
+
 static void
 two_steps (PsmOptConfig *c, double *w1, double *w2)
 {
   PsmParams *p = psm_params_new ();
-  int one = 1;
-  psm_params_add (p, "w", 1, &one, PSM_INIT_CONST, 1.0f);
+  int n = OPT_N;
+  psm_params_add (p, "w", 1, &n, PSM_INIT_CONST, 1.0f);
   PsmRng rng;
   psm_rng_seed (&rng, 1);
   psm_params_finalize (p, &rng);
   PsmOptim *o = psm_optim_new (c, p);
-  psm_params_grad (p)[0] = 0.5f;
+  float *g = psm_params_grad (p);
+  for (int i = 0; i < OPT_N; i++)
+    g[i] = 0.5f;
   psm_optim_step (o, 0);
-  *w1 = psm_params_data (p)[0];
-  psm_params_grad (p)[0] = -0.25f;
+  *w1 = all_same (p);
+  for (int i = 0; i < OPT_N; i++)
+    g[i] = -0.25f;
   psm_optim_step (o, 1);
-  *w2 = psm_params_data (p)[0];
+  *w2 = all_same (p);
   psm_optim_free (o);
   psm_params_free (p);
 }

@@ -413,6 +413,150 @@ START_TEST (test_gru)
 }
 END_TEST
 
+/* gru_seq at sizes that take both of its paths where the build has
+ * PSM_PACK_FAST: B <= PSM_PACK_MAX_ROWS (weights packed once, rows split
+ * over the threads: B = 13 gives blocks of 6 and 7 rows on 2 threads; 3H =
+ * 210 is no multiple of the panel width) and B = 70 (psm_gemm per step). Outputs and the gradients of all four inputs against the unrolled
+ * composition of checked primitive ops (gru_ref), through the tape on both
+ * sides; then finite differences with padding rows on the packed path. */
+static float
+seq_loss (PsmGraph *g, float **x, float **gx, int T, int B, int H, const float *R, gboolean fused)
+{
+  int sx[3] = { T, B, 3 * H }, s0[2] = { B, H }, sw[2] = { H, 3 * H }, sb[1] = { 3 * H };
+  int sr[2] = { B, H };
+  PsmTensor *xp = psm_tensor_wrap (g, x[0], gx[0], 3, sx), *h = psm_tensor_wrap (g, x[1], gx[1], 2, s0);
+  PsmTensor *w = psm_tensor_wrap (g, x[2], gx[2], 2, sw), *b = psm_tensor_wrap (g, x[3], gx[3], 1, sb);
+  PsmTensor *seq = fused ? psm_gru_seq (g, xp, h, w, b, NULL) : NULL, *loss = NULL;
+  for (int t = 0; t < T; t++) {
+    h = fused ? psm_tensor_step (g, seq, t) : gru_ref (g, psm_tensor_step (g, xp, t), h, w, b);
+    PsmTensor *rt = psm_tensor_wrap (g, (float *) R + (size_t) t * B * H, NULL, 2, sr);
+    PsmTensor *l = psm_sum (g, psm_mul (g, h, rt));
+    loss = loss ? psm_add (g, loss, l) : l;
+  }
+  psm_backward (g, loss);
+  return loss->data[0];
+}
+
+START_TEST (test_gru_seq_paths)
+{
+  PsmRng rng;
+  psm_rng_seed (&rng, 8);
+  for (int big = 0; big < 2; big++) {
+    int T = 4, B = big ? PSM_PACK_MAX_ROWS + 6 : 13, H = big ? 20 : 70;
+    size_t n[4] = { (size_t) T * B * 3 * H, (size_t) B * H, (size_t) H * 3 * H, 3 * (size_t) H };
+    float a[4] = { 1.0f, 1.0f, 0.3f, 0.5f };
+    float *x[4], *g1[4], *g2[4], *R = g_new (float, (size_t) T * B * H);
+    for (int k = 0; k < 4; k++) {
+      x[k] = g_new (float, n[k]);
+      g1[k] = g_new0 (float, n[k]);
+      g2[k] = g_new0 (float, n[k]);
+      psm_test_fill (x[k], n[k], a[k], &rng);
+    }
+    psm_test_fill (R, (size_t) T * B * H, 1.0f, &rng);
+    PsmGraph *g = psm_graph_new ();
+    float l1 = seq_loss (g, x, g1, T, B, H, R, TRUE);
+    psm_graph_reset (g);
+    float l2 = seq_loss (g, x, g2, T, B, H, R, FALSE);
+    psm_graph_free (g);
+    ck_assert_msg (fabsf (l1 - l2) <= 1e-4f * fabsf (l2) + 1e-3f, "B=%d loss %g vs %g", B, l1, l2);
+    for (int k = 0; k < 4; k++)
+      for (size_t i = 0; i < n[k]; i++)
+        ck_assert_msg (fabsf (g1[k][i] - g2[k][i]) <= 1e-4f + 1e-3f * fabsf (g2[k][i]),
+                       "gru_seq B=%d H=%d input %d grad[%zu]: %g vs %g", B, H, k, i, g1[k][i], g2[k][i]);
+    for (int k = 0; k < 4; k++) {
+      g_free (x[k]);
+      g_free (g1[k]);
+      g_free (g2[k]);
+    }
+    g_free (R);
+  }
+  /* finite differences, padding rows included, on the packed path */
+  Case c = { 0 };
+  int T = 3, B = 13, H = 70;
+  c.which = 1;
+  alloc_in (&c, 0, 3, T, B, 3 * H, &rng, 1.0f);
+  alloc_in (&c, 1, 2, B, H, 0, &rng, 1.0f);
+  alloc_in (&c, 2, 2, H, 3 * H, 0, &rng, 0.3f);
+  alloc_in (&c, 3, 1, 3 * H, 0, 0, &rng, 0.5f);
+  for (int i = 0; i < T * B; i++)
+    c.mask[i] = i % 5 == 2 ? 0.0f : 1.0f;
+  check_all ("gru_seq packed", f_gru, &c, 4, 5e-3f);
+  free_case (&c);
+}
+END_TEST
+
+/* Bias gradients: column sums, big enough to be shared over the threads,
+ * added to what is there, against a plain loop. */
+START_TEST (test_colsum)
+{
+  PsmRng rng;
+  psm_rng_seed (&rng, 10);
+  int R = 300, C = 600;
+  float *x = g_new (float, (size_t) R * C), *out = g_new (float, C);
+  psm_test_fill (x, (size_t) R * C, 1.0f, &rng);
+  psm_test_fill (out, C, 1.0f, &rng);
+  float *before = g_memdup2 (out, C * sizeof (float));
+  psm_colsum_add (R, C, x, out);
+  for (int j = 0; j < C; j++) {
+    double want = before[j];
+    for (int r = 0; r < R; r++)
+      want += x[(size_t) r * C + j];
+    ck_assert_msg (fabs (out[j] - want) < 1e-3, "column %d: %g vs %g", j, out[j], want);
+  }
+  g_free (x);
+  g_free (out);
+  g_free (before);
+}
+END_TEST
+
+/* The recurrences' packed small-row GEMM against a plain loop: row counts
+ * around the 8-row block, column counts that fill or pad panels, starting
+ * at a column other than 0, both orientations of B; the padding columns of
+ * C must be written as zeros and nothing beyond them. */
+START_TEST (test_packed_gemm)
+{
+  PsmRng rng;
+  psm_rng_seed (&rng, 9);
+  int Ms[] = { 1, 7, 8, 13, PSM_PACK_MAX_ROWS }, Ks[] = { 1, 40 }, ns[] = { 5, 32, 70 };
+  int Nb = 80;
+  for (int tb = 0; tb < 2; tb++)
+    for (int mi = 0; mi < 5; mi++)
+      for (int ki = 0; ki < 2; ki++)
+        for (int ni = 0; ni < 3; ni++) {
+          int M = Ms[mi], K = Ks[ki], n = ns[ni];
+          int ldb = tb ? K + 1 : Nb + 3, lda = K + 2, npad = (n + PSM_PACK_NR - 1) / PSM_PACK_NR * PSM_PACK_NR;
+          int ldc = npad + 5;
+          float *A = g_new (float, (size_t) M * lda), *B = g_new (float, (size_t) (tb ? Nb : K) * ldb);
+          float *C = g_new (float, (size_t) M * ldc), *bp = g_new (float, psm_packed_floats (K, n));
+          int c0 = 3;   /* first packed column of op(B) */
+          psm_test_fill (A, (size_t) M * lda, 1.0f, &rng);
+          psm_test_fill (B, (size_t) (tb ? Nb : K) * ldb, 1.0f, &rng);
+          for (size_t i = 0; i < (size_t) M * ldc; i++)
+            C[i] = 1e30f;
+          psm_pack (K, n, tb ? B + (size_t) c0 * ldb : B + c0, ldb, tb, bp);
+          psm_packed_gemm (M, K, n, A, lda, bp, C, ldc);
+          for (int i = 0; i < M; i++) {
+            for (int j = 0; j < n; j++) {
+              double want = 0;
+              for (int k = 0; k < K; k++)
+                want += (double) A[(size_t) i * lda + k]
+                  * (tb ? B[(size_t) (c0 + j) * ldb + k] : B[(size_t) k * ldb + c0 + j]);
+              ck_assert_msg (fabs (C[(size_t) i * ldc + j] - want) <= 1e-5 * (1 + K),
+                             "packed gemm tb=%d M=%d K=%d n=%d C[%d][%d]", tb, M, K, n, i, j);
+            }
+            for (int j = n; j < npad; j++)
+              ck_assert_msg (C[(size_t) i * ldc + j] == 0.0f, "padding column %d written", j);
+            for (int j = npad; j < ldc; j++)
+              ck_assert_msg (C[(size_t) i * ldc + j] == 1e30f, "column %d beyond the panels written", j);
+          }
+          g_free (A);
+          g_free (B);
+          g_free (C);
+          g_free (bp);
+        }
+}
+END_TEST
+
 static PsmTensor *
 f_lstm (PsmGraph *g, void *ud)
 {
@@ -527,6 +671,9 @@ main (void)
   tcase_add_test (tc, test_binary);
   tcase_add_test (tc, test_losses);
   tcase_add_test (tc, test_gru);
+  tcase_add_test (tc, test_gru_seq_paths);
+  tcase_add_test (tc, test_packed_gemm);
+  tcase_add_test (tc, test_colsum);
   tcase_add_test (tc, test_lstm);
   suite_add_tcase (s, tc);
   return psm_test_run (s);

@@ -32,12 +32,8 @@ psm_add_backward (PsmNode *n)
   if (a->grad)
     for (size_t i = 0; i < a->n; i++)
       a->grad[i] += y->grad[i];
-  if (b->grad) {
-    size_t nb = b->n;
-    for (size_t i = 0; i < a->n; i += nb)
-      for (size_t j = 0; j < nb; j++)
-        b->grad[j] += y->grad[i + j];
-  }
+  if (b->grad)
+    psm_colsum_add ((int) (a->n / b->n), (int) b->n, y->grad, b->grad);
 }
 
 PsmTensor *

@@ -12,98 +12,222 @@
 #include "config.h"
 #include <math.h>
 #include <string.h>
+#include <omp.h>
 #include "psm-private.h"
 #include "fastmath.h"
 
-/* Rows per OpenMP chunk: the gate loops run in parallel only when a step is
- * big enough to pay for the fork (B H >= 16384). */
+/* The gate loops of one step run in parallel only when the step is big
+ * enough to pay for the fork (B H >= 16384). */
 #define GRU_PAR(B, H) ((long) (B) * (H) >= 16384)
 
-/* Forward of one step for all rows; writes h' and the saved gates. */
+/* Elementwise forward of one row. x: the row's input projection [3H]; G:
+ * its recurrent pre-activations without bias [3H]; b: the recurrent bias;
+ * s: the saved row [4H] (r, z, n, G_n). */
+static inline void
+gru_row_forward (int H, const float *x, const float *G, const float *b, const float *hp,
+                 float *s, float *ho)
+{
+#pragma omp simd
+  for (int j = 0; j < H; j++) {
+    float r = psm_fast_sigmoidf (x[j] + G[j] + b[j]);
+    float z = psm_fast_sigmoidf (x[H + j] + G[H + j] + b[H + j]);
+    float gn = G[2 * H + j] + b[2 * H + j];
+    float n = psm_fast_tanhf (x[2 * H + j] + r * gn);
+    ho[j] = (1.0f - z) * n + z * hp[j];
+    s[j] = r;
+    s[H + j] = z;
+    s[2 * H + j] = n;
+    s[3 * H + j] = gn;
+  }
+}
+
+/* A padded row (mask 0) carries the state and saves zeros. */
+static inline void
+gru_row_carry (int H, const float *hp, float *s, float *ho)
+{
+  memcpy (ho, hp, H * sizeof (float));
+  memset (s, 0, 4 * H * sizeof (float));
+}
+
+/* Elementwise backward of one row, from d = dL/dh': writes the row's dG
+ * [3H], adds to dx (may be NULL) and the direct path d z into dh (may be
+ * NULL). A padded row passes d through. */
+static inline void
+gru_row_backward (int H, gboolean masked, const float *d, const float *hp, const float *s,
+                  float *g, float *dx, float *dh)
+{
+  if (masked) {
+    memset (g, 0, 3 * H * sizeof (float));
+    if (dh)
+      for (int j = 0; j < H; j++)
+        dh[j] += d[j];
+    return;
+  }
+#pragma omp simd
+  for (int j = 0; j < H; j++) {
+    float r = s[j], z = s[H + j], n = s[2 * H + j], gn = s[3 * H + j];
+    float dn = d[j] * (1.0f - z);
+    float dz = d[j] * (hp[j] - n);
+    float dan = dn * (1.0f - n * n);
+    g[j] = dan * gn * r * (1.0f - r);
+    g[H + j] = dz * z * (1.0f - z);
+    g[2 * H + j] = dan * r;
+  }
+  if (dx)
+#pragma omp simd
+    for (int j = 0; j < H; j++) {
+      float z = s[H + j], n = s[2 * H + j];
+      dx[j] += g[j];
+      dx[H + j] += g[H + j];
+      dx[2 * H + j] += d[j] * (1.0f - z) * (1.0f - n * n);   /* da_n again */
+    }
+  if (dh)
+#pragma omp simd
+    for (int j = 0; j < H; j++)
+      dh[j] += d[j] * s[H + j];
+}
+
+/* Forward of one step for all rows through psm_gemm; writes h' and the
+ * saved gates. G is [B, 3H] scratch. */
 static void
 gru_step_forward (int B, int H, const float *xp, const float *h, const float *w,
                   const float *bh, const float *mask, float *G, float *hout, float *sv)
 {
-  for (int b = 0; b < B; b++)
-    memcpy (G + (size_t) b * 3 * H, bh, 3 * H * sizeof (float));
-  psm_gemm (FALSE, FALSE, B, 3 * H, H, 1.0f, h, H, w, 3 * H, 1.0f, G, 3 * H);
+  psm_gemm (FALSE, FALSE, B, 3 * H, H, 1.0f, h, H, w, 3 * H, 0.0f, G, 3 * H);
 #pragma omp parallel for if (GRU_PAR (B, H)) schedule (static)
   for (int b = 0; b < B; b++) {
-    const float *x = xp + (size_t) b * 3 * H, *gr = G + (size_t) b * 3 * H, *hp = h + (size_t) b * H;
+    const float *hp = h + (size_t) b * H;
     float *s = sv + (size_t) b * 4 * H, *ho = hout + (size_t) b * H;
-    if (mask && mask[b] == 0.0f) {
-      memcpy (ho, hp, H * sizeof (float));
-      memset (s, 0, 4 * H * sizeof (float));
-      continue;
-    }
-    /* s = [r z n G_n]: r and z are contiguous, one vector loop for both */
-#pragma omp simd
-    for (int j = 0; j < 2 * H; j++)
-      s[j] = psm_fast_sigmoidf (x[j] + gr[j]);
-#pragma omp simd
-    for (int j = 0; j < H; j++) {
-      float gn = gr[2 * H + j];
-      float n = psm_fast_tanhf (x[2 * H + j] + s[j] * gn);
-      float z = s[H + j];
-      ho[j] = (1.0f - z) * n + z * hp[j];
-      s[2 * H + j] = n;
-      s[3 * H + j] = gn;
-    }
+    if (mask && mask[b] == 0.0f)
+      gru_row_carry (H, hp, s, ho);
+    else
+      gru_row_forward (H, xp + (size_t) b * 3 * H, G + (size_t) b * 3 * H, bh, hp, s, ho);
   }
 }
 
-/* Backward of one step's elementwise part: from dh' fills dG [B,3H], adds to
- * dxp (may be NULL) and the direct path into dh (may be NULL). */
+/* Backward of one step's elementwise part for all rows: from dh' fills dG
+ * [B, 3H], adds to dxp (may be NULL) and the direct path into dh (may be
+ * NULL). */
 static void
 gru_step_backward (int B, int H, const float *dho, const float *h, const float *sv,
                    const float *mask, float *dG, float *dxp, float *dh)
 {
 #pragma omp parallel for if (GRU_PAR (B, H)) schedule (static)
-  for (int b = 0; b < B; b++) {
-    const float *d = dho + (size_t) b * H, *hp = h + (size_t) b * H, *s = sv + (size_t) b * 4 * H;
-    float *g = dG + (size_t) b * 3 * H;
-    float *dhb = dh ? dh + (size_t) b * H : NULL;
-    if (mask && mask[b] == 0.0f) {
-      memset (g, 0, 3 * H * sizeof (float));
-      if (dhb)
-        for (int j = 0; j < H; j++)
-          dhb[j] += d[j];
-      continue;
-    }
-#pragma omp simd
-    for (int j = 0; j < H; j++) {
-      float r = s[j], z = s[H + j], n = s[2 * H + j], gn = s[3 * H + j];
-      float dn = d[j] * (1.0f - z);
-      float dz = d[j] * (hp[j] - n);
-      float dan = dn * (1.0f - n * n);
-      g[j] = dan * gn * r * (1.0f - r);
-      g[H + j] = dz * z * (1.0f - z);
-      g[2 * H + j] = dan * r;
-    }
-    if (dxp) {
-      float *dx = dxp + (size_t) b * 3 * H;
-#pragma omp simd
-      for (int j = 0; j < 2 * H; j++)
-        dx[j] += g[j];
-#pragma omp simd
-      for (int j = 0; j < H; j++) {   /* da_n again: cheaper than a buffer */
-        float z = s[H + j], n = s[2 * H + j];
-        dx[2 * H + j] += d[j] * (1.0f - z) * (1.0f - n * n);
-      }
-    }
-    if (dhb)
-#pragma omp simd
-      for (int j = 0; j < H; j++)
-        dhb[j] += d[j] * s[H + j];
-  }
+  for (int b = 0; b < B; b++)
+    gru_row_backward (H, mask && mask[b] == 0.0f, dho + (size_t) b * H, h + (size_t) b * H,
+                      sv + (size_t) b * 4 * H, dG + (size_t) b * 3 * H,
+                      dxp ? dxp + (size_t) b * 3 * H : NULL, dh ? dh + (size_t) b * H : NULL);
+}
+
+/* ---- Whole sequences at small batch: weights packed once, rows split.
+ * The rows of a batch are independent sequences, so each thread runs the
+ * whole recurrence (forward, then backward) for its own block of rows: no
+ * barrier and no data shared between threads after the weight matrix is
+ * packed (W for h W, W^T for dG W^T; the threads pack its panels apart).
+ * Each element is computed the same way whatever the split. */
+
+static int
+packed_threads (int B)
+{
+  return omp_in_parallel () ? 1 : MIN (omp_get_max_threads (), B);
+}
+
+/* Rows [*b0, *b1) of thread id: blocks of 8 rows where there are enough. */
+static void
+row_split (int B, int nth, int id, int *b0, int *b1)
+{
+  int align = B >= 8 * nth ? 8 : 1;
+  *b0 = id ? (int) ((long) B * id / nth) / align * align : 0;
+  *b1 = id == nth - 1 ? B : (int) ((long) B * (id + 1) / nth) / align * align;
+}
+
+/* Packs op(W) (K x n) into wp with the threads of the enclosing region. */
+static void
+pack_shared (int K, int n, const float *w, int ldw, gboolean tb, float *wp)
+{
+  int nth = omp_get_num_threads (), id = omp_get_thread_num ();
+  int panels = (n + PSM_PACK_NR - 1) / PSM_PACK_NR;
+  int p0 = panels * id / nth, p1 = panels * (id + 1) / nth;
+  int c0 = p0 * PSM_PACK_NR, c1 = MIN (n, p1 * PSM_PACK_NR);
+  if (c1 > c0)
+    psm_pack (K, c1 - c0, tb ? w + (size_t) c0 * ldw : w + c0, ldw, tb,
+              wp + (size_t) p0 * K * PSM_PACK_NR);
+#pragma omp barrier
 }
 
 static void
-colsum_add (int R, int C, const float *x, float *out)
+gru_seq_forward_packed (int T, int B, int H, const float *xp, const float *h0, const float *w,
+                        const float *bh, const float *mask, float *out, float *sv)
 {
-  for (int r = 0; r < R; r++)
-    for (int j = 0; j < C; j++)
-      out[j] += x[(size_t) r * C + j];
+  int ldg = (3 * H + PSM_PACK_NR - 1) / PSM_PACK_NR * PSM_PACK_NR;
+  float *wp = g_aligned_alloc (psm_packed_floats (H, 3 * H), sizeof (float), 64);
+#pragma omp parallel num_threads (packed_threads (B))
+  {
+    int b0, b1;
+    row_split (B, omp_get_num_threads (), omp_get_thread_num (), &b0, &b1);
+    float *G = g_aligned_alloc ((size_t) MAX (b1 - b0, 1) * ldg, sizeof (float), 64);
+    pack_shared (H, 3 * H, w, 3 * H, FALSE, wp);
+    for (int t = 0; t < T && b1 > b0; t++) {
+      const float *hp = t ? out + (size_t) (t - 1) * B * H : h0;
+      psm_packed_gemm (b1 - b0, H, 3 * H, hp + (size_t) b0 * H, H, wp, G, ldg);
+      for (int b = b0; b < b1; b++) {
+        size_t row = (size_t) t * B + b;
+        float *s = sv + row * 4 * H, *ho = out + row * H;
+        if (mask && mask[row] == 0.0f)
+          gru_row_carry (H, hp + (size_t) b * H, s, ho);
+        else
+          gru_row_forward (H, xp + row * 3 * H, G + (size_t) (b - b0) * ldg, bh,
+                           hp + (size_t) b * H, s, ho);
+      }
+    }
+    g_aligned_free (G);
+  }
+  g_aligned_free (wp);
+}
+
+/* Fills dG [T, B, 3H], adds to dxp (may be NULL) and leaves dL/dh0 in
+ * carry [B, H]. */
+static void
+gru_seq_backward_packed (int T, int B, int H, const float *dout, const float *out,
+                         const float *h0, const float *w, const float *sv, const float *mask,
+                         float *dG, float *dxp, float *carry)
+{
+  int ldc = (H + PSM_PACK_NR - 1) / PSM_PACK_NR * PSM_PACK_NR;
+  float *wp = g_aligned_alloc (psm_packed_floats (3 * H, H), sizeof (float), 64);
+#pragma omp parallel num_threads (packed_threads (B))
+  {
+    int b0, b1;
+    row_split (B, omp_get_num_threads (), omp_get_thread_num (), &b0, &b1);
+    float *C = g_aligned_alloc ((size_t) MAX (b1 - b0, 1) * ldc, sizeof (float), 64);
+    float *d = g_new (float, H);
+    pack_shared (3 * H, H, w, 3 * H, TRUE, wp);   /* op(W) = W^T [3H, H] */
+    memset (carry + (size_t) b0 * H, 0, (size_t) (b1 - b0) * H * sizeof (float));
+    for (int t = T - 1; t >= 0 && b1 > b0; t--) {
+      const float *hp = t ? out + (size_t) (t - 1) * B * H : h0;
+      float *dGt = dG + (size_t) t * B * 3 * H;
+      for (int b = b0; b < b1; b++) {
+        size_t row = (size_t) t * B + b;
+        float *cr = carry + (size_t) b * H;
+        for (int j = 0; j < H; j++)
+          d[j] = dout[row * H + j] + cr[j];
+        memset (cr, 0, H * sizeof (float));
+        gru_row_backward (H, mask && mask[row] == 0.0f, d, hp + (size_t) b * H,
+                          sv + row * 4 * H, dGt + (size_t) b * 3 * H,
+                          dxp ? dxp + row * 3 * H : NULL, cr);
+      }
+      psm_packed_gemm (b1 - b0, 3 * H, H, dGt + (size_t) b0 * 3 * H, 3 * H, wp, C, ldc);
+      for (int b = b0; b < b1; b++) {
+        float *cr = carry + (size_t) b * H;
+        const float *cb = C + (size_t) (b - b0) * ldc;
+#pragma omp simd
+        for (int j = 0; j < H; j++)
+          cr[j] += cb[j];
+      }
+    }
+    g_free (d);
+    g_aligned_free (C);
+  }
+  g_aligned_free (wp);
 }
 
 PsmTensor *
@@ -139,7 +263,7 @@ psm_gru_cell_backward (PsmNode *n)
   if (w->grad)
     psm_gemm (TRUE, FALSE, H, 3 * H, B, 1.0f, h->data, H, dG, 3 * H, 1.0f, w->grad, 3 * H);
   if (bh->grad)
-    colsum_add (B, 3 * H, dG, bh->grad);
+    psm_colsum_add (B, 3 * H, dG, bh->grad);
   g_free (dG);
 }
 
@@ -157,13 +281,17 @@ psm_gru_seq (PsmGraph *g, PsmTensor *xp, PsmTensor *h0, PsmTensor *w, PsmTensor 
   PsmTensor *in[4] = { xp, h0, w, bh };
   int shape[3] = { T, B, H };
   PsmTensor *out = psm_op_out (g, 3, shape, 4, in);
-  float *G = psm_graph_alloc (g, (size_t) B * 3 * H * sizeof (float));
   float *sv = psm_graph_alloc (g, (size_t) T * B * 4 * H * sizeof (float));
-  for (int t = 0; t < T; t++) {
-    const float *hp = t ? out->data + (size_t) (t - 1) * B * H : h0->data;
-    gru_step_forward (B, H, xp->data + (size_t) t * B * 3 * H, hp, w->data, bh->data,
-                      mask ? mask + (size_t) t * B : NULL, G,
-                      out->data + (size_t) t * B * H, sv + (size_t) t * B * 4 * H);
+  if (PSM_PACK_FAST && B <= PSM_PACK_MAX_ROWS)
+    gru_seq_forward_packed (T, B, H, xp->data, h0->data, w->data, bh->data, mask, out->data, sv);
+  else {
+    float *G = psm_graph_alloc (g, (size_t) B * 3 * H * sizeof (float));
+    for (int t = 0; t < T; t++) {
+      const float *hp = t ? out->data + (size_t) (t - 1) * B * H : h0->data;
+      gru_step_forward (B, H, xp->data + (size_t) t * B * 3 * H, hp, w->data, bh->data,
+                        mask ? mask + (size_t) t * B : NULL, G,
+                        out->data + (size_t) t * B * H, sv + (size_t) t * B * 4 * H);
+    }
   }
   PsmNode *n = psm_graph_record (g, PSM_OP_GRU_SEQ, out, 4, in);
   if (n) {
@@ -184,33 +312,37 @@ psm_gru_seq_backward (PsmNode *n)
   size_t BH = (size_t) B * H;
   float *dG = g_malloc ((size_t) T * B * 3 * H * sizeof (float));
   float *carry = g_malloc0 (BH * sizeof (float));   /* dL/dh_{t} from step t+1 */
-  float *dh = g_malloc (BH * sizeof (float));
-  for (int t = T - 1; t >= 0; t--) {
-    const float *hp = t ? out->data + (size_t) (t - 1) * BH : h0->data;
-    for (size_t i = 0; i < BH; i++)
-      dh[i] = out->grad[(size_t) t * BH + i] + carry[i];
-    float *dGt = dG + (size_t) t * B * 3 * H;
-    memset (carry, 0, BH * sizeof (float));
-    gru_step_backward (B, H, dh, hp, s->sv + (size_t) t * B * 4 * H,
-                       s->mask ? s->mask + (size_t) t * B : NULL, dGt,
-                       xp->grad ? xp->grad + (size_t) t * B * 3 * H : NULL, carry);
-    psm_gemm (FALSE, TRUE, B, H, 3 * H, 1.0f, dGt, 3 * H, w->data, 3 * H, 1.0f, carry, H);
+  if (PSM_PACK_FAST && B <= PSM_PACK_MAX_ROWS)
+    gru_seq_backward_packed (T, B, H, out->grad, out->data, h0->data, w->data, s->sv, s->mask,
+                             dG, xp->grad, carry);
+  else {
+    float *dh = g_malloc (BH * sizeof (float));
+    for (int t = T - 1; t >= 0; t--) {
+      const float *hp = t ? out->data + (size_t) (t - 1) * BH : h0->data;
+      for (size_t i = 0; i < BH; i++)
+        dh[i] = out->grad[(size_t) t * BH + i] + carry[i];
+      float *dGt = dG + (size_t) t * B * 3 * H;
+      memset (carry, 0, BH * sizeof (float));
+      gru_step_backward (B, H, dh, hp, s->sv + (size_t) t * B * 4 * H,
+                         s->mask ? s->mask + (size_t) t * B : NULL, dGt,
+                         xp->grad ? xp->grad + (size_t) t * B * 3 * H : NULL, carry);
+      psm_gemm (FALSE, TRUE, B, H, 3 * H, 1.0f, dGt, 3 * H, w->data, 3 * H, 1.0f, carry, H);
+    }
+    g_free (dh);
   }
   if (h0->grad)
     for (size_t i = 0; i < BH; i++)
       h0->grad[i] += carry[i];
   if (w->grad) {
-    /* dW = sum_t h_{t-1}^T dG_t as one GEMM over all T*B rows. */
-    float *hprev = g_malloc ((size_t) T * BH * sizeof (float));
-    memcpy (hprev, h0->data, BH * sizeof (float));
+    /* dW = sum_t h_{t-1}^T dG_t: h0 against dG_0, then the outputs of steps
+     * 0..T-2 against dG_1..T-1 as one GEMM. */
+    psm_gemm (TRUE, FALSE, H, 3 * H, B, 1.0f, h0->data, H, dG, 3 * H, 1.0f, w->grad, 3 * H);
     if (T > 1)
-      memcpy (hprev + BH, out->data, (size_t) (T - 1) * BH * sizeof (float));
-    psm_gemm (TRUE, FALSE, H, 3 * H, T * B, 1.0f, hprev, H, dG, 3 * H, 1.0f, w->grad, 3 * H);
-    g_free (hprev);
+      psm_gemm (TRUE, FALSE, H, 3 * H, (T - 1) * B, 1.0f, out->data, H, dG + (size_t) B * 3 * H,
+                3 * H, 1.0f, w->grad, 3 * H);
   }
   if (bh->grad)
-    colsum_add (T * B, 3 * H, dG, bh->grad);
+    psm_colsum_add (T * B, 3 * H, dG, bh->grad);
   g_free (dG);
   g_free (carry);
-  g_free (dh);
 }

@@ -109,6 +109,7 @@ psm_linear (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b)
   PsmTensor *y = psm_op_out (g, x->ndim, shape, 3, in);
   float beta = 0.0f;
   if (b) {
+#pragma omp parallel for if ((long) R * N >= 65536) schedule (static)
     for (int r = 0; r < R; r++)
       memcpy (y->data + (size_t) r * N, b->data, N * sizeof (float));
     beta = 1.0f;
@@ -128,9 +129,22 @@ psm_linear_backward (PsmNode *n)
   if (w->grad)
     psm_gemm (TRUE, FALSE, K, N, R, 1.0f, x->data, K, y->grad, N, 1.0f, w->grad, N);
   if (b && b->grad)
+    psm_colsum_add (R, N, y->grad, b->grad);
+}
+
+void
+psm_colsum_add (int R, int C, const float *restrict x, float *restrict out)
+{
+  /* Column blocks over the threads when there is enough work; each thread
+   * adds its rows in order, so the result does not depend on the split. */
+#pragma omp parallel for if ((long) R * C >= 65536) schedule (static)
+  for (int j0 = 0; j0 < C; j0 += 256) {
+    int j1 = MIN (C, j0 + 256);
     for (int r = 0; r < R; r++) {
-      const float *dy = y->grad + (size_t) r * N;
-      for (int j = 0; j < N; j++)
-        b->grad[j] += dy[j];
+      const float *xr = x + (size_t) r * C;
+#pragma omp simd
+      for (int j = j0; j < j1; j++)
+        out[j] += xr[j];
     }
+  }
 }

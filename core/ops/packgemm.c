@@ -1,0 +1,105 @@
+/* packgemm.c — C = A op(B) for few rows against a B packed once.
+ *
+ * A recurrence multiplies the same weight matrix by a small batch at every
+ * step. BLAS re-packs that matrix on each call; here it is packed once per
+ * sequence into panels of PSM_PACK_NR columns (the panel's K rows
+ * contiguous, the last panel zero-padded), and a register-blocked kernel
+ * streams each panel against MR rows of A at a time (8 x 32 floats with
+ * AVX-512, 6 x 16 with AVX, 6 x 8 otherwise), written with GCC vector
+ * extensions of the target's register width. Each element of C is one dot
+ * product in k order, so the result does not depend on how the rows or
+ * panels are shared out. Used by gru.c for batches of at most
+ * PSM_PACK_MAX_ROWS rows when PSM_PACK_FAST; checked against a plain loop
+ * in tests/test-ops.c. Single-thread speed on this project's machine
+ * (BENCHMARKS.md): 32 x 384 x 256 in 29 us with AVX-512 (-march=native),
+ * 60 us with -mavx2 -mfma, 158 us for baseline x86-64 (hence not used
+ * there). */
+#include "config.h"
+#include <string.h>
+#include "psm-private.h"
+
+typedef float vf __attribute__ ((vector_size (PSM_PACK_VL * 4), aligned (4)));
+
+/* Rows per block: 2 MR accumulators, two B vectors and a broadcast must fit
+ * in the register file (32 zmm with AVX-512, 16 registers otherwise). */
+#if PSM_PACK_VL == 16
+#define MR 8
+#else
+#define MR 6
+#endif
+
+size_t
+psm_packed_floats (int K, int n)
+{
+  return (size_t) ((n + PSM_PACK_NR - 1) / PSM_PACK_NR) * K * PSM_PACK_NR;
+}
+
+void
+psm_pack (int K, int n, const float *B, int ldb, gboolean tb, float *out)
+{
+  int panels = (n + PSM_PACK_NR - 1) / PSM_PACK_NR;
+  for (int p = 0; p < panels; p++) {
+    float *dst = out + (size_t) p * K * PSM_PACK_NR;
+    int c0 = p * PSM_PACK_NR, nc = MIN (PSM_PACK_NR, n - c0);
+    /* k outermost: the panel is written in order */
+    for (int k = 0; k < K; k++, dst += PSM_PACK_NR) {
+      if (tb)            /* op(B)[k][c] = B[c][k] */
+        for (int c = 0; c < nc; c++)
+          dst[c] = B[(size_t) (c0 + c) * ldb + k];
+      else
+        memcpy (dst, B + (size_t) k * ldb + c0, nc * sizeof (float));
+      for (int c = nc; c < PSM_PACK_NR; c++)
+        dst[c] = 0.0f;
+    }
+  }
+}
+
+/* mr (<= MR) rows of A against one panel (two vectors wide); writes
+ * mr x PSM_PACK_NR of C. A compile-time mr keeps the accumulators in
+ * registers. */
+static inline __attribute__ ((always_inline)) void
+kernel (const int mr, int K, const float *A, int lda, const float *Bp, float *C, int ldc)
+{
+  vf c0[MR], c1[MR];
+#pragma GCC unroll 8
+  for (int i = 0; i < mr; i++)
+    c0[i] = c1[i] = (vf) { 0 };
+  for (int k = 0; k < K; k++) {
+    vf b0 = *(const vf *) (Bp + (size_t) k * PSM_PACK_NR);
+    vf b1 = *(const vf *) (Bp + (size_t) k * PSM_PACK_NR + PSM_PACK_VL);
+#pragma GCC unroll 8
+    for (int i = 0; i < mr; i++) {
+      float a = A[(size_t) i * lda + k];
+      c0[i] += a * b0;
+      c1[i] += a * b1;
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < mr; i++) {
+    *(vf *) (C + (size_t) i * ldc) = c0[i];
+    *(vf *) (C + (size_t) i * ldc + PSM_PACK_VL) = c1[i];
+  }
+}
+
+void
+psm_packed_gemm (int M, int K, int n, const float *A, int lda, const float *Bp, float *C, int ldc)
+{
+  int panels = (n + PSM_PACK_NR - 1) / PSM_PACK_NR;
+  for (int p = 0; p < panels; p++) {
+    const float *bp = Bp + (size_t) p * K * PSM_PACK_NR;
+    float *cp = C + p * PSM_PACK_NR;
+    int i = 0;
+    for (; i + MR <= M; i += MR)
+      kernel (MR, K, A + (size_t) i * lda, lda, bp, cp + (size_t) i * ldc, ldc);
+    switch (M - i) {
+#define TAIL(r) case r: kernel (r, K, A + (size_t) i * lda, lda, bp, cp + (size_t) i * ldc, ldc); break;
+      TAIL (1) TAIL (2) TAIL (3) TAIL (4) TAIL (5)
+#if MR == 8
+      TAIL (6) TAIL (7)
+#endif
+#undef TAIL
+    default:
+      break;
+    }
+  }
+}
