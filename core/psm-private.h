@@ -118,15 +118,17 @@ static inline float psm_sigmoidf (float x) { return 1.0f / (1.0f + expf (-x)); }
 #define PSM_PACK_VL 4
 #endif
 #define PSM_PACK_NR (2 * PSM_PACK_VL)
-#define PSM_PACK_MAX_ROWS 64
-/* Whether the recurrences use it: only where the build targets vector FMA
- * (e.g. -march=native on a current x86-64); a baseline build keeps BLAS,
- * whose kernels are chosen at run time. */
+/* Whether it beats BLAS: where the build targets vector FMA (e.g.
+ * -march=native on a current x86-64); a baseline build keeps BLAS, whose
+ * kernels are chosen at run time. */
 #if defined (__AVX512F__) || (defined (__AVX2__) && defined (__FMA__))
 #define PSM_PACK_FAST 1
 #else
 #define PSM_PACK_FAST 0
 #endif
+/* psm_gru_seq runs on packed weights when set (default PSM_PACK_FAST),
+ * else on one psm_gemm per step; tests set it both ways. */
+extern gboolean psm_gru_packed;
 size_t psm_packed_floats (int K, int n);
 void psm_pack (int K, int n, const float *B, int ldb, gboolean tb, float *out);
 void psm_packed_gemm (int M, int K, int n, const float *A, int lda, const float *Bp, float *C, int ldc);

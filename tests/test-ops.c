@@ -5,6 +5,7 @@
 #include "config.h"
 #include <math.h>
 #include <string.h>
+#include <omp.h>
 #include "psm-test.h"
 #include "psm-private.h"
 
@@ -413,12 +414,13 @@ START_TEST (test_gru)
 }
 END_TEST
 
-/* gru_seq at sizes that take both of its paths where the build has
- * PSM_PACK_FAST: B <= PSM_PACK_MAX_ROWS (weights packed once, rows split
- * over the threads: B = 13 gives blocks of 6 and 7 rows on 2 threads; 3H =
- * 210 is no multiple of the panel width) and B = 70 (psm_gemm per step). Outputs and the gradients of all four inputs against the unrolled
+/* gru_seq on both of its paths, packed weights with the rows split over
+ * the threads (B = 13 gives blocks of 6 and 7 rows on 2 threads; 3H = 210
+ * is no multiple of the panel width) and one psm_gemm per step, at two
+ * sizes: outputs and the gradients of all four inputs against the unrolled
  * composition of checked primitive ops (gru_ref), through the tape on both
- * sides; then finite differences with padding rows on the packed path. */
+ * sides; the packed path gives the same bits on 1 and 3 threads; then
+ * finite differences with padding rows on each path. */
 static float
 seq_loss (PsmGraph *g, float **x, float **gx, int T, int B, int H, const float *R, gboolean fused)
 {
@@ -441,47 +443,74 @@ START_TEST (test_gru_seq_paths)
 {
   PsmRng rng;
   psm_rng_seed (&rng, 8);
-  for (int big = 0; big < 2; big++) {
-    int T = 4, B = big ? PSM_PACK_MAX_ROWS + 6 : 13, H = big ? 20 : 70;
-    size_t n[4] = { (size_t) T * B * 3 * H, (size_t) B * H, (size_t) H * 3 * H, 3 * (size_t) H };
-    float a[4] = { 1.0f, 1.0f, 0.3f, 0.5f };
-    float *x[4], *g1[4], *g2[4], *R = g_new (float, (size_t) T * B * H);
-    for (int k = 0; k < 4; k++) {
-      x[k] = g_new (float, n[k]);
-      g1[k] = g_new0 (float, n[k]);
-      g2[k] = g_new0 (float, n[k]);
-      psm_test_fill (x[k], n[k], a[k], &rng);
+  gboolean saved = psm_gru_packed;
+  for (int packed = 0; packed < 2; packed++)
+    for (int big = 0; big < 2; big++) {
+      psm_gru_packed = packed;
+      int T = 4, B = big ? 70 : 13, H = big ? 20 : 70;
+      size_t n[4] = { (size_t) T * B * 3 * H, (size_t) B * H, (size_t) H * 3 * H, 3 * (size_t) H };
+      float a[4] = { 1.0f, 1.0f, 0.3f, 0.5f };
+      float *x[4], *g1[4], *g2[4], *R = g_new (float, (size_t) T * B * H);
+      for (int k = 0; k < 4; k++) {
+        x[k] = g_new (float, n[k]);
+        g1[k] = g_new0 (float, n[k]);
+        g2[k] = g_new0 (float, n[k]);
+        psm_test_fill (x[k], n[k], a[k], &rng);
+      }
+      psm_test_fill (R, (size_t) T * B * H, 1.0f, &rng);
+      PsmGraph *g = psm_graph_new ();
+      if (packed) {
+        /* the rows split differently over 1 and 3 threads, same bits (not
+         * checked: dW, one BLAS GEMM, whose bits may depend on the threads) */
+        int nt = omp_get_max_threads ();
+        omp_set_num_threads (1);
+        seq_loss (g, x, g1, T, B, H, R, TRUE);
+        omp_set_num_threads (3);
+        psm_graph_reset (g);
+        seq_loss (g, x, g2, T, B, H, R, TRUE);
+        omp_set_num_threads (nt);
+        for (int k = 0; k < 4; k++) {
+          ck_assert_msg (k == 2 || memcmp (g1[k], g2[k], n[k] * sizeof (float)) == 0,
+                         "gru_seq packed B=%d: input %d gradient depends on the threads", B, k);
+          memset (g1[k], 0, n[k] * sizeof (float));
+          memset (g2[k], 0, n[k] * sizeof (float));
+        }
+        psm_graph_reset (g);
+      }
+      float l1 = seq_loss (g, x, g1, T, B, H, R, TRUE);
+      psm_graph_reset (g);
+      float l2 = seq_loss (g, x, g2, T, B, H, R, FALSE);
+      psm_graph_free (g);
+      ck_assert_msg (fabsf (l1 - l2) <= 1e-4f * fabsf (l2) + 1e-3f, "packed=%d B=%d loss %g vs %g",
+                     packed, B, l1, l2);
+      for (int k = 0; k < 4; k++)
+        for (size_t i = 0; i < n[k]; i++)
+          ck_assert_msg (fabsf (g1[k][i] - g2[k][i]) <= 1e-4f + 1e-3f * fabsf (g2[k][i]),
+                         "gru_seq packed=%d B=%d H=%d input %d grad[%zu]: %g vs %g",
+                         packed, B, H, k, i, g1[k][i], g2[k][i]);
+      for (int k = 0; k < 4; k++) {
+        g_free (x[k]);
+        g_free (g1[k]);
+        g_free (g2[k]);
+      }
+      g_free (R);
     }
-    psm_test_fill (R, (size_t) T * B * H, 1.0f, &rng);
-    PsmGraph *g = psm_graph_new ();
-    float l1 = seq_loss (g, x, g1, T, B, H, R, TRUE);
-    psm_graph_reset (g);
-    float l2 = seq_loss (g, x, g2, T, B, H, R, FALSE);
-    psm_graph_free (g);
-    ck_assert_msg (fabsf (l1 - l2) <= 1e-4f * fabsf (l2) + 1e-3f, "B=%d loss %g vs %g", B, l1, l2);
-    for (int k = 0; k < 4; k++)
-      for (size_t i = 0; i < n[k]; i++)
-        ck_assert_msg (fabsf (g1[k][i] - g2[k][i]) <= 1e-4f + 1e-3f * fabsf (g2[k][i]),
-                       "gru_seq B=%d H=%d input %d grad[%zu]: %g vs %g", B, H, k, i, g1[k][i], g2[k][i]);
-    for (int k = 0; k < 4; k++) {
-      g_free (x[k]);
-      g_free (g1[k]);
-      g_free (g2[k]);
-    }
-    g_free (R);
+  /* finite differences, padding rows included */
+  for (int packed = 0; packed < 2; packed++) {
+    psm_gru_packed = packed;
+    Case c = { 0 };
+    int T = 3, B = 13, H = 70;
+    c.which = 1;
+    alloc_in (&c, 0, 3, T, B, 3 * H, &rng, 1.0f);
+    alloc_in (&c, 1, 2, B, H, 0, &rng, 1.0f);
+    alloc_in (&c, 2, 2, H, 3 * H, 0, &rng, 0.3f);
+    alloc_in (&c, 3, 1, 3 * H, 0, 0, &rng, 0.5f);
+    for (int i = 0; i < T * B; i++)
+      c.mask[i] = i % 5 == 2 ? 0.0f : 1.0f;
+    check_all (packed ? "gru_seq packed" : "gru_seq per-step gemm", f_gru, &c, 4, 5e-3f);
+    free_case (&c);
   }
-  /* finite differences, padding rows included, on the packed path */
-  Case c = { 0 };
-  int T = 3, B = 13, H = 70;
-  c.which = 1;
-  alloc_in (&c, 0, 3, T, B, 3 * H, &rng, 1.0f);
-  alloc_in (&c, 1, 2, B, H, 0, &rng, 1.0f);
-  alloc_in (&c, 2, 2, H, 3 * H, 0, &rng, 0.3f);
-  alloc_in (&c, 3, 1, 3 * H, 0, 0, &rng, 0.5f);
-  for (int i = 0; i < T * B; i++)
-    c.mask[i] = i % 5 == 2 ? 0.0f : 1.0f;
-  check_all ("gru_seq packed", f_gru, &c, 4, 5e-3f);
-  free_case (&c);
+  psm_gru_packed = saved;
 }
 END_TEST
 
@@ -517,7 +546,7 @@ START_TEST (test_packed_gemm)
 {
   PsmRng rng;
   psm_rng_seed (&rng, 9);
-  int Ms[] = { 1, 7, 8, 13, PSM_PACK_MAX_ROWS }, Ks[] = { 1, 40 }, ns[] = { 5, 32, 70 };
+  int Ms[] = { 1, 7, 8, 13, 64 }, Ks[] = { 1, 40 }, ns[] = { 5, 32, 70 };
   int Nb = 80;
   for (int tb = 0; tb < 2; tb++)
     for (int mi = 0; mi < 5; mi++)

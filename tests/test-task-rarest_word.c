@@ -1,6 +1,6 @@
 /* test-task-rarest_word.c — targets follow the rarest-word rule, pointer
- * targets and switch as in §5.1, fixed evaluation sets, the geometric
- * unigram distribution, bad config. */
+ * targets and switch as in §5.1, rare words read as <unk> (unk_words),
+ * fixed evaluation sets, the geometric unigram distribution, bad config. */
 #include "config.h"
 #include <math.h>
 #include <string.h>
@@ -64,6 +64,39 @@ START_TEST (test_targets)
   ck_assert_msg (n_point > 1400 && n_point < 1900, "%d pointer targets of 5000", n_point);
   psm_batch_clear (&b);
   tk->destroy (t);
+}
+END_TEST
+
+/* unk_words: the encoder's ids of the rarest words are <unk>; the extended
+ * ids (what a pointer copies) and every target are those without it. */
+START_TEST (test_unk_words)
+{
+  const PsmTaskClass *tk;
+  void *plain = make ("test_size = 300;", 1, FALSE, &tk);
+  void *unk = make ("test_size = 300; unk_words = 60;", 1, FALSE, &tk);
+  PsmBatch a, u;
+  psm_batch_init (&a);
+  psm_batch_init (&u);
+  ck_assert (tk->eval_batch (plain, PSM_SPLIT_TEST, 0, 300, &a, NULL));
+  ck_assert (tk->eval_batch (unk, PSM_SPLIT_TEST, 0, 300, &u, NULL));
+  int n_unk = 0;
+  for (int i = 0; i < 7 * 300; i++) {
+    int word = a.src[i];
+    ck_assert_int_eq (u.src_ext[i], word);
+    ck_assert_int_eq (u.src[i], word - 1 >= 540 ? 0 : word);
+    n_unk += u.src[i] == 0;
+  }
+  ck_assert_msg (n_unk > 50, "%d <unk> inputs", n_unk);
+  for (int b = 0; b < 300; b++) {
+    ck_assert_int_eq (u.tgt[b], a.tgt[b]);
+    ck_assert_int_eq (u.tgt_ext[b], a.tgt_ext[b]);
+    ck_assert_int_eq (u.tgt_loc[b], a.tgt_loc[b]);
+    ck_assert (u.tgt_switch[b] == a.tgt_switch[b]);
+  }
+  psm_batch_clear (&a);
+  psm_batch_clear (&u);
+  tk->destroy (plain);
+  tk->destroy (unk);
 }
 END_TEST
 
@@ -134,6 +167,10 @@ START_TEST (test_bad_config)
   GError *e = NULL;
   ck_assert (((const PsmTaskClass *) d->klass)->create (sec, &ctx, &e) == NULL);
   ck_assert_str_eq (e->message, "inline.cfg:3: task.pointer_words: must be below task.vocab (10)");
+  g_clear_error (&e);
+  sec = psm_test_section ("vocab = 10; pointer_words = 2;\n  unk_words = 12;", "task", d->params, &errs);
+  ck_assert (((const PsmTaskClass *) d->klass)->create (sec, &ctx, &e) == NULL);
+  ck_assert_str_eq (e->message, "inline.cfg:3: task.unk_words: must be below task.vocab (10)");
   g_error_free (e);
 }
 END_TEST
@@ -144,6 +181,7 @@ main (void)
   Suite *s = suite_create ("task-rarest_word");
   TCase *tc = tcase_create ("rarest_word");
   tcase_add_test (tc, test_targets);
+  tcase_add_test (tc, test_unk_words);
   tcase_add_test (tc, test_fixed_eval_sets);
   tcase_add_test (tc, test_geometric);
   tcase_add_test (tc, test_bad_config);

@@ -119,12 +119,16 @@ gru_step_backward (int B, int H, const float *dho, const float *h, const float *
                       dxp ? dxp + (size_t) b * 3 * H : NULL, dh ? dh + (size_t) b * H : NULL);
 }
 
-/* ---- Whole sequences at small batch: weights packed once, rows split.
+/* ---- Whole sequences: weights packed once, rows split over the threads.
  * The rows of a batch are independent sequences, so each thread runs the
  * whole recurrence (forward, then backward) for its own block of rows: no
  * barrier and no data shared between threads after the weight matrix is
  * packed (W for h W, W^T for dG W^T; the threads pack its panels apart).
- * Each element is computed the same way whatever the split. */
+ * Each element is computed the same way whatever the split. Measured
+ * against one psm_gemm per step (bench-gru, 2 threads, BENCHMARKS.md):
+ * B = 32, H = 256 about 12 -> 8 ms per training step; B = 128, H = 256
+ * 37.6 -> 31.6 ms; B = 250, H = 1000 1003 -> 963 ms. */
+gboolean psm_gru_packed = PSM_PACK_FAST;
 
 static int
 packed_threads (int B)
@@ -282,7 +286,7 @@ psm_gru_seq (PsmGraph *g, PsmTensor *xp, PsmTensor *h0, PsmTensor *w, PsmTensor 
   int shape[3] = { T, B, H };
   PsmTensor *out = psm_op_out (g, 3, shape, 4, in);
   float *sv = psm_graph_alloc (g, (size_t) T * B * 4 * H * sizeof (float));
-  if (PSM_PACK_FAST && B <= PSM_PACK_MAX_ROWS)
+  if (psm_gru_packed)
     gru_seq_forward_packed (T, B, H, xp->data, h0->data, w->data, bh->data, mask, out->data, sv);
   else {
     float *G = psm_graph_alloc (g, (size_t) B * 3 * H * sizeof (float));
@@ -312,7 +316,7 @@ psm_gru_seq_backward (PsmNode *n)
   size_t BH = (size_t) B * H;
   float *dG = g_malloc ((size_t) T * B * 3 * H * sizeof (float));
   float *carry = g_malloc0 (BH * sizeof (float));   /* dL/dh_{t} from step t+1 */
-  if (PSM_PACK_FAST && B <= PSM_PACK_MAX_ROWS)
+  if (psm_gru_packed)
     gru_seq_backward_packed (T, B, H, out->grad, out->data, h0->data, w->data, s->sv, s->mask,
                              dG, xp->grad, carry);
   else {

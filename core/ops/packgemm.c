@@ -8,9 +8,8 @@
  * AVX-512, 6 x 16 with AVX, 6 x 8 otherwise), written with GCC vector
  * extensions of the target's register width. Each element of C is one dot
  * product in k order, so the result does not depend on how the rows or
- * panels are shared out. Used by gru.c for batches of at most
- * PSM_PACK_MAX_ROWS rows when PSM_PACK_FAST; checked against a plain loop
- * in tests/test-ops.c. Single-thread speed on this project's machine
+ * panels are shared out. Used by gru.c (psm_gru_packed); checked against
+ * a plain loop in tests/test-ops.c. One thread on this project's machine
  * (BENCHMARKS.md): 32 x 384 x 256 in 29 us with AVX-512 (-march=native),
  * 60 us with -mavx2 -mfma, 158 us for baseline x86-64 (hence not used
  * there). */

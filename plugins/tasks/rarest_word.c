@@ -9,13 +9,17 @@
  * it is 1 and the target is the word in the shortlist (the V - pointer_words
  * most frequent words plus <unk>). Training sequences are generated on the
  * fly from the run's RNG; validation and test sets are generated once, before
- * training, from their own fixed seeds, so every pipeline sees the same ones. */
+ * training, from their own fixed seeds, so every pipeline sees the same ones.
+ * With unk_words = U the rarest U words are outside the input vocabulary:
+ * the encoder reads <unk> for them (the paper does not say; see RESULTS.md),
+ * while the source's extended ids, which a pointer copies, keep the word. */
 #include <math.h>
 #include <string.h>
 #include <psm/psm.h>
 
 typedef struct {
   int V, L, K;              /* words, length, pointer words */
+  int U;                    /* the rarest U words read as <unk> */
   double p;
   double *cdf;              /* [V] */
   int n_eval[3];
@@ -27,6 +31,8 @@ static const PsmParamSpec params[] = {
   { "vocab", PSM_PARAM_INT, "600", 2, 1000000, "number of words |V|", NULL },
   { "length", PSM_PARAM_INT, "7", 1, 10000, "words per sequence", NULL },
   { "pointer_words", PSM_PARAM_INT, "60", 0, 1000000, "the rarest N words are targeted by location (0 = none)", NULL },
+  { "unk_words", PSM_PARAM_INT, "0", 0, 1000000,
+    "the rarest N words are outside the input vocabulary: the encoder reads them as <unk> (0 = none)", NULL },
   { "geometric_p", PSM_PARAM_FLOAT, "0.002", 1e-9, 0.999, "P(w_k) proportional to (1 - p)^k", NULL },
   { "valid_size", PSM_PARAM_INT, "2000", 1, 10000000, "validation sequences", NULL },
   { "test_size", PSM_PARAM_INT, "10000", 1, 10000000, "test sequences", NULL },
@@ -64,10 +70,12 @@ rw_create (const PsmSection *cfg, const PsmTaskCtx *ctx, GError **error)
   t->V = (int) psm_section_int (cfg, "vocab");
   t->L = (int) psm_section_int (cfg, "length");
   t->K = (int) psm_section_int (cfg, "pointer_words");
+  t->U = (int) psm_section_int (cfg, "unk_words");
   t->p = psm_section_float (cfg, "geometric_p");
-  if (t->K >= t->V) {
+  const char *too_big = t->K >= t->V ? "pointer_words" : t->U >= t->V ? "unk_words" : NULL;
+  if (too_big) {
     g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID,
-                 "%s: must be below task.vocab (%d)", psm_section_where (cfg, "pointer_words"), t->V);
+                 "%s: must be below task.vocab (%d)", psm_section_where (cfg, too_big), t->V);
     g_free (t);
     return NULL;
   }
@@ -132,8 +140,8 @@ fill (const RarestWord *t, PsmBatch *out, int b, const int32_t *seq)
 {
   int best = 0;
   for (int i = 0; i < t->L; i++) {
-    PSM_AT (out->src, out, i, b) = seq[i] + 1;
-    PSM_AT (out->src_ext, out, i, b) = seq[i] + 1;
+    PSM_AT (out->src, out, i, b) = seq[i] >= t->V - t->U ? 0 : seq[i] + 1;
+    PSM_AT (out->src_ext, out, i, b) = seq[i] + 1;   /* what a pointer copies */
     PSM_AT (out->src_mask, out, i, b) = 1.0f;
     if (seq[i] > seq[best])
       best = i;   /* first occurrence of the rarest word */
