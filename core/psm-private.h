@@ -129,6 +129,8 @@ static inline float psm_sigmoidf (float x) { return 1.0f / (1.0f + expf (-x)); }
 /* psm_gru_seq runs on packed weights when set (default PSM_PACK_FAST),
  * else on one psm_gemm per step; tests set it both ways. */
 extern gboolean psm_gru_packed;
+/* Panels holding n columns; n padded to them is psm_pack_panels (n) * PSM_PACK_NR. */
+static inline int psm_pack_panels (int n) { return (n + PSM_PACK_NR - 1) / PSM_PACK_NR; }
 size_t psm_packed_floats (int K, int n);
 void psm_pack (int K, int n, const float *B, int ldb, gboolean tb, float *out);
 void psm_packed_gemm (int M, int K, int n, const float *A, int lda, const float *Bp, float *C, int ldc);

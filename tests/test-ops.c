@@ -553,7 +553,7 @@ START_TEST (test_packed_gemm)
       for (int ki = 0; ki < 2; ki++)
         for (int ni = 0; ni < 3; ni++) {
           int M = Ms[mi], K = Ks[ki], n = ns[ni];
-          int ldb = tb ? K + 1 : Nb + 3, lda = K + 2, npad = (n + PSM_PACK_NR - 1) / PSM_PACK_NR * PSM_PACK_NR;
+          int ldb = tb ? K + 1 : Nb + 3, lda = K + 2, npad = psm_pack_panels (n) * PSM_PACK_NR;
           int ldc = npad + 5;
           float *A = g_new (float, (size_t) M * lda), *B = g_new (float, (size_t) (tb ? Nb : K) * ldb);
           float *C = g_new (float, (size_t) M * ldc), *bp = g_new (float, psm_packed_floats (K, n));

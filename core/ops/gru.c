@@ -150,7 +150,7 @@ static void
 pack_shared (int K, int n, const float *w, int ldw, gboolean tb, float *wp)
 {
   int nth = omp_get_num_threads (), id = omp_get_thread_num ();
-  int panels = (n + PSM_PACK_NR - 1) / PSM_PACK_NR;
+  int panels = psm_pack_panels (n);
   int p0 = panels * id / nth, p1 = panels * (id + 1) / nth;
   int c0 = p0 * PSM_PACK_NR, c1 = MIN (n, p1 * PSM_PACK_NR);
   if (c1 > c0)
@@ -163,7 +163,7 @@ static void
 gru_seq_forward_packed (int T, int B, int H, const float *xp, const float *h0, const float *w,
                         const float *bh, const float *mask, float *out, float *sv)
 {
-  int ldg = (3 * H + PSM_PACK_NR - 1) / PSM_PACK_NR * PSM_PACK_NR;
+  int ldg = psm_pack_panels (3 * H) * PSM_PACK_NR;
   float *wp = g_aligned_alloc (psm_packed_floats (H, 3 * H), sizeof (float), 64);
 #pragma omp parallel num_threads (packed_threads (B))
   {
@@ -190,13 +190,13 @@ gru_seq_forward_packed (int T, int B, int H, const float *xp, const float *h0, c
 }
 
 /* Fills dG [T, B, 3H], adds to dxp (may be NULL) and leaves dL/dh0 in
- * carry [B, H]. */
+ * carry [B, H], which comes zeroed. */
 static void
 gru_seq_backward_packed (int T, int B, int H, const float *dout, const float *out,
                          const float *h0, const float *w, const float *sv, const float *mask,
                          float *dG, float *dxp, float *carry)
 {
-  int ldc = (H + PSM_PACK_NR - 1) / PSM_PACK_NR * PSM_PACK_NR;
+  int ldc = psm_pack_panels (H) * PSM_PACK_NR;
   float *wp = g_aligned_alloc (psm_packed_floats (3 * H, H), sizeof (float), 64);
 #pragma omp parallel num_threads (packed_threads (B))
   {
@@ -205,7 +205,6 @@ gru_seq_backward_packed (int T, int B, int H, const float *dout, const float *ou
     float *C = g_aligned_alloc ((size_t) MAX (b1 - b0, 1) * ldc, sizeof (float), 64);
     float *d = g_new (float, H);
     pack_shared (3 * H, H, w, 3 * H, TRUE, wp);   /* op(W) = W^T [3H, H] */
-    memset (carry + (size_t) b0 * H, 0, (size_t) (b1 - b0) * H * sizeof (float));
     for (int t = T - 1; t >= 0 && b1 > b0; t--) {
       const float *hp = t ? out + (size_t) (t - 1) * B * H : h0;
       float *dGt = dG + (size_t) t * B * 3 * H;

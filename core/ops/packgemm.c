@@ -30,13 +30,13 @@ typedef float vf __attribute__ ((vector_size (PSM_PACK_VL * 4), aligned (4)));
 size_t
 psm_packed_floats (int K, int n)
 {
-  return (size_t) ((n + PSM_PACK_NR - 1) / PSM_PACK_NR) * K * PSM_PACK_NR;
+  return (size_t) psm_pack_panels (n) * K * PSM_PACK_NR;
 }
 
 void
 psm_pack (int K, int n, const float *B, int ldb, gboolean tb, float *out)
 {
-  int panels = (n + PSM_PACK_NR - 1) / PSM_PACK_NR;
+  int panels = psm_pack_panels (n);
   for (int p = 0; p < panels; p++) {
     float *dst = out + (size_t) p * K * PSM_PACK_NR;
     int c0 = p * PSM_PACK_NR, nc = MIN (PSM_PACK_NR, n - c0);
@@ -83,7 +83,7 @@ kernel (const int mr, int K, const float *A, int lda, const float *Bp, float *C,
 void
 psm_packed_gemm (int M, int K, int n, const float *A, int lda, const float *Bp, float *C, int ldc)
 {
-  int panels = (n + PSM_PACK_NR - 1) / PSM_PACK_NR;
+  int panels = psm_pack_panels (n);
   for (int p = 0; p < panels; p++) {
     const float *bp = Bp + (size_t) p * K * PSM_PACK_NR;
     float *cp = C + p * PSM_PACK_NR;
