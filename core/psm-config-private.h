@@ -23,4 +23,8 @@ void psm_validate_group (const char *file, config_setting_t *group, const char *
                          const PsmParamSpec *spec, const char *const *extra, GPtrArray *errors);
 /* Applies "a.b.c=value" to cfg; FALSE with error on a malformed override. */
 gboolean psm_config_apply_set (config_t *cfg, const char *assignment, GError **error);
+/* Appends "FILE:LINE: key.path: ..." for every integer literal of file (and
+ * of the files it @includes, relative to include_dir) that libconfig would
+ * wrap to 32 bits (core/psm-intscan.c). */
+void psm_config_scan_integers (const char *file, const char *include_dir, GPtrArray *errors);
 #endif

@@ -153,25 +153,44 @@ psm_graph_dup (PsmGraph *g, const void *src, size_t bytes)
   return p;
 }
 
-static size_t
-shape_n (int ndim, const int *shape)
+/* Elements of a shape; FALSE when a dimension is negative or the count (in
+ * bytes of floats) overflows size_t. */
+static gboolean
+shape_n (int ndim, const int *shape, size_t *n)
 {
-  size_t n = 1;
-  for (int i = 0; i < ndim; i++)
-    n *= (size_t) shape[i];
-  return n;
+  size_t k = 1;
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] < 0 || __builtin_mul_overflow (k, (size_t) shape[i], &k))
+      return FALSE;
+  }
+  if (k > SIZE_MAX / sizeof (float) / 2)
+    return FALSE;
+  *n = k;
+  return TRUE;
 }
 
 static PsmTensor *
 tensor_header (PsmGraph *g, int ndim, const int *shape)
 {
-  g_return_val_if_fail (ndim >= 0 && ndim <= PSM_MAX_DIMS, NULL);
+  size_t n = 0;
+  if (ndim < 0 || ndim > PSM_MAX_DIMS) {
+    g_critical ("psm: tensor of rank %d (psm tensors have rank 0 to %d)", ndim, PSM_MAX_DIMS);
+    return NULL;
+  }
+  if (!shape_n (ndim, shape, &n)) {
+    GString *s = g_string_new (NULL);
+    for (int i = 0; i < ndim; i++)
+      g_string_append_printf (s, "%s%d", i ? ", " : "", shape[i]);
+    g_critical ("psm: invalid tensor shape [%s] (negative dimension or too many elements)", s->str);
+    g_string_free (s, TRUE);
+    return NULL;
+  }
   PsmTensor *t = psm_arena_alloc (g->arena, sizeof *t);
   memset (t, 0, sizeof *t);
   t->ndim = ndim;
   for (int i = 0; i < ndim; i++)
     t->shape[i] = shape[i];
-  t->n = shape_n (ndim, shape);
+  t->n = n;
   return t;
 }
 
@@ -179,6 +198,8 @@ PsmTensor *
 psm_tensor_new (PsmGraph *g, int ndim, const int *shape, gboolean requires_grad)
 {
   PsmTensor *t = tensor_header (g, ndim, shape);
+  if (!t)
+    return NULL;
   t->data = psm_arena_alloc (g->arena, MAX (t->n, 1) * sizeof (float));
   if (requires_grad && g->grad)
     t->grad = psm_arena_alloc0 (g->arena, MAX (t->n, 1) * sizeof (float));
@@ -189,7 +210,8 @@ PsmTensor *
 psm_tensor_zeros (PsmGraph *g, int ndim, const int *shape, gboolean requires_grad)
 {
   PsmTensor *t = psm_tensor_new (g, ndim, shape, requires_grad);
-  memset (t->data, 0, t->n * sizeof (float));
+  if (t)
+    memset (t->data, 0, t->n * sizeof (float));
   return t;
 }
 
@@ -204,6 +226,8 @@ PsmTensor *
 psm_tensor_wrap (PsmGraph *g, float *data, float *grad, int ndim, const int *shape)
 {
   PsmTensor *t = tensor_header (g, ndim, shape);
+  if (!t)
+    return NULL;
   t->data = data;
   t->grad = g->grad ? grad : NULL;
   return t;
@@ -212,8 +236,15 @@ psm_tensor_wrap (PsmGraph *g, float *data, float *grad, int ndim, const int *sha
 PsmTensor *
 psm_tensor_view (PsmGraph *g, PsmTensor *base, size_t offset, int ndim, const int *shape)
 {
+  g_return_val_if_fail (base != NULL, NULL);
   PsmTensor *t = tensor_header (g, ndim, shape);
-  g_return_val_if_fail (offset + t->n <= base->n, NULL);
+  if (!t)
+    return NULL;
+  if (offset > base->n || t->n > base->n - offset) {
+    g_critical ("psm: view of elements [%zu, %zu + %zu) of a tensor of %zu elements", offset, offset,
+                t->n, base->n);
+    return NULL;
+  }
   t->data = base->data + offset;
   t->grad = base->grad ? base->grad + offset : NULL;
   return t;
@@ -230,7 +261,12 @@ psm_tensor_step (PsmGraph *g, PsmTensor *seq, int t)
 PsmTensor *
 psm_tensor_reshape (PsmGraph *g, PsmTensor *x, int ndim, const int *shape)
 {
-  g_return_val_if_fail (shape_n (ndim, shape) == x->n, NULL);
+  size_t n = 0;
+  if (!shape_n (ndim, shape, &n) || n != x->n) {
+    g_critical ("psm: cannot reshape a tensor of %zu elements to a shape of %s", x->n,
+                n ? "another size" : "invalid dimensions");
+    return NULL;
+  }
   return psm_tensor_view (g, x, 0, ndim, shape);
 }
 

@@ -238,11 +238,13 @@ psm_pipeline_load (const char *file, const char *const *sets, GError **error)
   /* @include paths are relative to the pipeline's folder. */
   char *dir = g_path_get_dirname (file);
   config_set_include_dir (&pl->cfg, dir);
-  g_free (dir);
 
   if (!g_file_test (file, G_FILE_TEST_IS_REGULAR)) {
-    g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID,
-                 "%s: cannot read pipeline: no such file", file);
+    g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID, "%s: cannot read pipeline: %s", file,
+                 g_file_test (file, G_FILE_TEST_IS_DIR) ? "is a directory, not a pipeline file"
+                 : g_file_test (file, G_FILE_TEST_EXISTS) ? "not a regular file"
+                                                          : "no such file");
+    g_free (dir);
     psm_pipeline_free (pl);
     return NULL;
   }
@@ -250,9 +252,25 @@ psm_pipeline_load (const char *file, const char *const *sets, GError **error)
     const char *ef = config_error_file (&pl->cfg);
     g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID, "%s:%d: parse error: %s",
                  ef ? ef : file, config_error_line (&pl->cfg), config_error_text (&pl->cfg));
+    g_free (dir);
     psm_pipeline_free (pl);
     return NULL;
   }
+  /* Integer literals libconfig wrapped to 32 bits: the values it holds are
+   * wrong, so stop before validating them. */
+  GPtrArray *wrapped = g_ptr_array_new_with_free_func (g_free);
+  psm_config_scan_integers (file, dir, wrapped);
+  g_free (dir);
+  if (wrapped->len) {
+    g_ptr_array_add (wrapped, NULL);
+    char *msg = g_strjoinv ("\n", (char **) wrapped->pdata);
+    g_set_error_literal (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID, msg);
+    g_free (msg);
+    g_ptr_array_unref (wrapped);
+    psm_pipeline_free (pl);
+    return NULL;
+  }
+  g_ptr_array_unref (wrapped);
   for (const char *const *s = sets; s && *s; s++)
     if (!psm_config_apply_set (&pl->cfg, *s, error)) {
       psm_pipeline_free (pl);

@@ -191,6 +191,63 @@ START_TEST (test_semantic_error_names_line)
 }
 END_TEST
 
+/* libconfig 1.5 reads integer literals as 32 bits and wraps them silently
+ * (4294968296 -> 1000): psm scans the file and refuses them by line. */
+START_TEST (test_wrapped_integers)
+{
+  char *t1 = replace (good, "steps = 2;", "steps = 4294968296;");
+  const char *n1[] = { "@:7: train.steps: integer 4294968296 does not fit in 32 bits", "4294968296L", NULL };
+  expect (t1, NULL, n1);
+  /* every one at once: groups, a negative, hex, a list element */
+  char *t2 = replace (good, "batch = 4;", "batch = 4294967312; seed = -2147483649; log_every = 0x100000000;");
+  char *t3 = replace (t2, "metrics = ( \"error_rate\" );", "extra = ( 1, 99999999999 );");
+  const char *n3[] = { "@:7: train.batch: integer 4294967312", "@:7: train.seed: integer -2147483649",
+                       "@:7: train.log_every: integer 0x100000000", "@:8: extra.[1]: integer 99999999999", NULL };
+  expect (t3, NULL, n3);
+  /* comments and strings are not scanned; the L suffix is 64-bit and range-checked */
+  char *t4 = replace (good, "steps = 2;", "steps = 4294968296L; # 99999999999\n /* 88888888888 */ ");
+  const char *n4[] = { "@:7: train.steps: value 4.29497e+09 out of range", NULL };
+  expect (t4, NULL, n4);
+  /* in an @include'd file, with that file's name and line */
+  char *inc = write_cfg ("\n\ntrain = { batch = 4; steps = 4294968296; };\n");
+  char *incl = g_strdup_printf ("@include \"%s\"\n", strrchr (inc, '/') + 1);
+  char *t5 = replace (good, "train = { batch = 4; steps = 2; optimizer = { name = \"adam\"; lr = 0.01; }; };\n", incl);
+  char *n5a = g_strdup_printf ("%s:3: train.steps: integer 4294968296 does not fit", inc);
+  const char *n5[] = { n5a, NULL };
+  expect (t5, NULL, n5);
+  /* in range: still accepted */
+  char *t6 = replace (good, "steps = 2;", "steps = 2147483647; seed = -5;");
+  char *path = write_cfg (t6);
+  GError *e = NULL;
+  PsmPipeline *pl = psm_pipeline_load (path, NULL, &e);
+  ck_assert (pl == NULL && strstr (e->message, "train.steps: value 2.14748e+09 out of range") &&
+             strstr (e->message, "train.seed: value -5 out of range") && !strstr (e->message, "32 bits"));
+  g_error_free (e);
+  g_free (path);
+  g_free (t6);
+  g_free (n5a);
+  g_free (t5);
+  g_free (incl);
+  g_free (inc);
+  g_free (t4);
+  g_free (t3);
+  g_free (t2);
+  g_free (t1);
+}
+END_TEST
+
+START_TEST (test_directory_as_pipeline)
+{
+  GError *e = NULL;
+  ck_assert (psm_pipeline_load (PSM_TEST_SRCDIR "/pipelines", NULL, &e) == NULL);
+  ck_assert_msg (strstr (e->message, "/pipelines: cannot read pipeline: is a directory, not a pipeline file"), "%s", e->message);
+  g_clear_error (&e);
+  ck_assert (psm_pipeline_load ("/nonexistent.cfg", NULL, &e) == NULL);
+  ck_assert_msg (strstr (e->message, "/nonexistent.cfg: cannot read pipeline: no such file"), "%s", e->message);
+  g_clear_error (&e);
+}
+END_TEST
+
 int
 main (void)
 {
@@ -198,6 +255,8 @@ main (void)
   TCase *tc = tcase_create ("pipeline");
   tcase_set_timeout (tc, 60);
   tcase_add_test (tc, test_good_and_set);
+  tcase_add_test (tc, test_wrapped_integers);
+  tcase_add_test (tc, test_directory_as_pipeline);
   tcase_add_test (tc, test_parse_error);
   tcase_add_test (tc, test_all_errors_at_once);
   tcase_add_test (tc, test_missing_and_unknown_plugins);

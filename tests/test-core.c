@@ -54,6 +54,50 @@ START_TEST (test_views_share_grad)
 }
 END_TEST
 
+static int n_criticals;
+
+static void
+count_criticals (const gchar *domain, GLogLevelFlags level, const gchar *msg, gpointer ud)
+{
+  if (level & G_LOG_LEVEL_CRITICAL)
+    n_criticals++;
+}
+
+/* Misuse of the tensor API is refused with a message, never a wild write:
+ * views past the end (offset + n wrapping), negative or overflowing shapes,
+ * rank-0 tensors where an op works on the last dim. */
+START_TEST (test_tensor_bounds)
+{
+  GLogFunc old = g_log_set_default_handler (count_criticals, NULL);
+  PsmGraph *g = psm_graph_new ();
+  int s2[2] = { 3, 4 };
+  PsmTensor *x = psm_tensor_zeros (g, 2, s2, TRUE);
+  int four = 4;
+  n_criticals = 0;
+  ck_assert (psm_tensor_view (g, x, SIZE_MAX - 2, 1, &four) == NULL);   /* offset + n wraps */
+  ck_assert (psm_tensor_view (g, x, 9, 1, &four) == NULL);
+  ck_assert (psm_tensor_view (g, x, 8, 1, &four) != NULL);              /* the last 4: fine */
+  int neg[2] = { -1, 4 };
+  ck_assert (psm_tensor_new (g, 2, neg, FALSE) == NULL);
+  ck_assert (psm_tensor_zeros (g, 2, neg, FALSE) == NULL);
+  int huge[4] = { 1 << 20, 1 << 20, 1 << 20, 1 << 20 };
+  ck_assert (psm_tensor_new (g, 4, huge, FALSE) == NULL);
+  ck_assert (psm_tensor_reshape (g, x, 2, neg) == NULL);
+  ck_assert (psm_tensor_new (g, 5, s2, FALSE) == NULL);
+  PsmTensor *scalar = psm_tensor_zeros (g, 0, NULL, TRUE);
+  ck_assert (scalar && scalar->n == 1);
+  ck_assert (psm_concat (g, scalar, scalar) == NULL);
+  ck_assert (psm_slice (g, scalar, 0, 1) == NULL);
+  ck_assert (psm_slice (g, x, 2, 3) == NULL);
+  ck_assert (psm_slice (g, x, 1, G_MAXINT) == NULL);
+  int ws[2] = { 1, 1 };
+  ck_assert (psm_linear (g, scalar, psm_tensor_zeros (g, 2, ws, FALSE), NULL) == NULL);
+  ck_assert_int_eq (n_criticals, 12);
+  psm_graph_free (g);
+  g_log_set_default_handler (old, NULL);
+}
+END_TEST
+
 START_TEST (test_rng)
 {
   PsmRng a, b;
@@ -306,6 +350,7 @@ main (void)
   TCase *tc = tcase_create ("core");
   tcase_add_test (tc, test_arena);
   tcase_add_test (tc, test_views_share_grad);
+  tcase_add_test (tc, test_tensor_bounds);
   tcase_add_test (tc, test_rng);
   tcase_add_test (tc, test_params);
   tcase_add_test (tc, test_optimisers);

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <string.h>
 #include <omp.h>
+#include <stdio.h>
 #include "psm-test.h"
 #include "psm-private.h"
 
@@ -586,6 +587,54 @@ START_TEST (test_packed_gemm)
 }
 END_TEST
 
+/* psm_gemm's column split for few rows must cover every column with the
+ * team the runtime gave, not the one asked for. libgomp reads
+ * OMP_THREAD_LIMIT at start-up, so the check runs in a child process started
+ * with OMP_THREAD_LIMIT=2 (see main), which asks for 4 threads. */
+static int
+gemm_thread_limit_child (void)
+{
+  if (omp_get_thread_limit () > 2)
+    return 3;
+  omp_set_num_threads (4);
+  PsmRng rng;
+  psm_rng_seed (&rng, 12);
+  int M = 16, N = 640, K = 24, bad = 0;
+  float *A = g_new (float, M * K), *B = g_new (float, K * N), *C = g_new (float, M * N);
+  psm_test_fill (A, M * K, 1.0f, &rng);
+  psm_test_fill (B, K * N, 1.0f, &rng);
+  for (int i = 0; i < M * N; i++)
+    C[i] = NAN;
+  psm_gemm (FALSE, FALSE, M, N, K, 1.0f, A, K, B, N, 0.0f, C, N);
+  for (int i = 0; i < M; i++)
+    for (int j = 0; j < N; j++) {
+      double want = 0;
+      for (int k = 0; k < K; k++)
+        want += (double) A[i * K + k] * B[k * N + j];
+      if (!(fabs (C[i * N + j] - want) <= 1e-4) && bad++ == 0)
+        printf ("C[%d][%d] = %g, want %g\n", i, j, C[i * N + j], want);
+    }
+  g_free (A);
+  g_free (B);
+  g_free (C);
+  return bad ? 1 : 0;
+}
+
+START_TEST (test_gemm_thread_limit)
+{
+  char *argv[] = { (char *) "/proc/self/exe", (char *) "gemm-thread-limit", NULL };
+  char **env = g_environ_setenv (g_get_environ (), "OMP_THREAD_LIMIT", "2", TRUE);
+  char *out = NULL;
+  int status = -1;
+  GError *e = NULL;
+  ck_assert_msg (g_spawn_sync (NULL, argv, env, G_SPAWN_DEFAULT, NULL, NULL, &out, NULL, &status, &e),
+                 "%s", e ? e->message : "");
+  ck_assert_msg (g_spawn_check_wait_status (status, NULL), "psm_gemm under OMP_THREAD_LIMIT=2 with 4 threads asked: %s", out);
+  g_free (out);
+  g_strfreev (env);
+}
+END_TEST
+
 static PsmTensor *
 f_lstm (PsmGraph *g, void *ud)
 {
@@ -687,8 +736,10 @@ START_TEST (test_op_table)
 END_TEST
 
 int
-main (void)
+main (int argc, char **argv)
 {
+  if (argc > 1 && strcmp (argv[1], "gemm-thread-limit") == 0)
+    return gemm_thread_limit_child ();
   Suite *s = suite_create ("ops");
   TCase *tc = tcase_create ("ops");
   tcase_set_timeout (tc, 120);
@@ -702,6 +753,7 @@ main (void)
   tcase_add_test (tc, test_gru);
   tcase_add_test (tc, test_gru_seq_paths);
   tcase_add_test (tc, test_packed_gemm);
+  tcase_add_test (tc, test_gemm_thread_limit);
   tcase_add_test (tc, test_colsum);
   tcase_add_test (tc, test_lstm);
   suite_add_tcase (s, tc);

@@ -103,6 +103,7 @@ psm_pick_backward (PsmNode *nd)
 PsmTensor *
 psm_concat (PsmGraph *g, PsmTensor *a, PsmTensor *b)
 {
+  g_return_val_if_fail (a->ndim >= 1 && b->ndim >= 1, NULL);   /* concat along the last dim */
   int R = psm_tensor_rows (a), Ca = psm_tensor_cols (a), Cb = psm_tensor_cols (b);
   g_return_val_if_fail (psm_tensor_rows (b) == R, NULL);
   PsmTensor *in[2] = { a, b };
@@ -137,8 +138,9 @@ psm_concat_backward (PsmNode *nd)
 PsmTensor *
 psm_slice (PsmGraph *g, PsmTensor *x, int start, int len)
 {
+  g_return_val_if_fail (x->ndim >= 1, NULL);   /* slices the last dim */
   int R = psm_tensor_rows (x), C = psm_tensor_cols (x);
-  g_return_val_if_fail (start >= 0 && len >= 0 && start + len <= C, NULL);
+  g_return_val_if_fail (start >= 0 && len >= 0 && len <= C - start, NULL);
   PsmTensor *in[1] = { x };
   int shape[PSM_MAX_DIMS];
   memcpy (shape, x->shape, sizeof shape);

@@ -18,6 +18,11 @@ psm_gemm (gboolean ta, gboolean tb, int M, int N, int K, float alpha,
 {
   if (M == 0 || N == 0)
     return;
+  /* OpenBLAS's OpenMP build hangs when its team is smaller than the thread
+   * count it asks for (its level-3 workers wait on each other), which
+   * OMP_THREAD_LIMIT below OMP_NUM_THREADS causes: never ask for more. */
+  if (omp_get_max_threads () > omp_get_thread_limit ())
+    omp_set_num_threads (omp_get_thread_limit ());
   if (K == 0) {
     if (beta == 0.0f)
       for (int i = 0; i < M; i++)
@@ -28,13 +33,16 @@ psm_gemm (gboolean ta, gboolean tb, int M, int N, int K, float alpha,
    * columns over our threads, each calling single-threaded sgemm (OpenBLAS
    * runs single-threaded inside a parallel region). Measured faster than
    * OpenBLAS's own split here: GRU step B = 32, H = 256, 13.1 -> 12.1 ms
-   * (BENCHMARKS.md). Column blocks start on 16-float boundaries. */
+   * (BENCHMARKS.md). Column blocks start on 16-float boundaries; they are
+   * cut by the team we got, which OMP_THREAD_LIMIT or a nested region can
+   * make smaller than the one asked for. */
   int nt = omp_get_max_threads ();
   if (M <= 64 && N >= 64 * nt && nt > 1 && !omp_in_parallel ()) {
 #pragma omp parallel num_threads (nt)
     {
-      int t = omp_get_thread_num ();
-      int n0 = (int) ((long) N * t / nt) & ~15, n1 = t == nt - 1 ? N : (int) ((long) N * (t + 1) / nt) & ~15;
+      int t = omp_get_thread_num (), team = omp_get_num_threads ();
+      int n0 = (int) ((long) N * t / team) & ~15;
+      int n1 = t == team - 1 ? N : (int) ((long) N * (t + 1) / team) & ~15;
       const float *Bt = tb ? B + (size_t) n0 * ldb : B + n0;
       cblas_sgemm (CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                    M, n1 - n0, K, alpha, A, lda, Bt, ldb, beta, C + n0, ldc);
@@ -98,6 +106,7 @@ psm_matmul_backward (PsmNode *n)
 PsmTensor *
 psm_linear (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b)
 {
+  g_return_val_if_fail (x->ndim >= 1, NULL);   /* y keeps x's leading dims */
   int R = psm_tensor_rows (x), K = psm_tensor_cols (x);
   g_return_val_if_fail (w->ndim == 2 && w->shape[0] == K, NULL);
   int N = w->shape[1];
