@@ -68,3 +68,97 @@ psm_batch_clear (PsmBatch *b)
     g_ptr_array_unref (b->oov_words);
   psm_batch_init (b);
 }
+
+/* ---- what the core accepts from a task (core-private) ---- */
+
+#include "psm-private.h"
+#include "psm/psm-pipeline.h"
+
+#define BAD(...)                                                               \
+  do {                                                                         \
+    char *what_ = g_strdup_printf (__VA_ARGS__);                               \
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,                   \
+                 "task plugin '%s' returned a bad batch: %s", task, what_);   \
+    g_free (what_);                                                            \
+    return FALSE;                                                              \
+  } while (0)
+
+gboolean
+psm_task_info_validate (const PsmTaskInfo *i, const char *task, GError **error)
+{
+  const char *why = i->src_vocab < 1 ? "src_vocab < 1"
+                  : i->tgt_vocab < 1 ? "tgt_vocab < 1"
+                  : i->ext_base < MAX (i->src_vocab, i->tgt_vocab) ? "ext_base below the vocabularies"
+                  : i->max_src_len < 0 ? "max_src_len < 0"
+                  : i->max_tgt_len < 1 ? "max_tgt_len < 1"
+                  : i->bos_id < -1 || i->bos_id >= i->ext_base ? "bos_id outside the vocabulary"
+                  : i->eos_id < -1 || i->eos_id >= i->ext_base ? "eos_id outside the vocabulary"
+                  : i->unk_id < -1 || i->unk_id >= i->ext_base ? "unk_id outside the vocabulary"
+                                                               : NULL;
+  if (why)
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "task plugin '%s' describes itself wrongly: %s "
+                 "(src_vocab %d, tgt_vocab %d, ext_base %d, max_src_len %d, max_tgt_len %d)", task, why,
+                 i->src_vocab, i->tgt_vocab, i->ext_base, i->max_src_len, i->max_tgt_len);
+  return why == NULL;
+}
+
+static gboolean
+is_01 (float v)
+{
+  return v == 0.0f || v == 1.0f;
+}
+
+gboolean
+psm_batch_validate (const PsmBatch *b, const PsmTaskInfo *info, int max_B, const char *task, GError **error)
+{
+  if (b->B < 1 || b->B > max_B)
+    BAD ("%d examples (asked for at most %d)", b->B, max_B);
+  if (b->T < 0 || b->T > info->max_src_len)
+    BAD ("source length %d (the task declared max_src_len %d)", b->T, info->max_src_len);
+  if (b->Ty < 1 || b->Ty > info->max_tgt_len)
+    BAD ("target length %d (the task declared max_tgt_len %d)", b->Ty, info->max_tgt_len);
+  if (b->B > b->cap_B || (size_t) b->B * b->T > (size_t) b->cap_B * b->cap_T ||
+      (size_t) b->B * b->Ty > (size_t) b->cap_B * b->cap_Ty)
+    BAD ("B = %d, T = %d, Ty = %d exceed the buffers reserved (psm_batch_reserve)", b->B, b->T, b->Ty);
+  int n_oov = b->oov_words ? (int) b->oov_words->len : 0;
+  if (b->ext_base != 0 && b->ext_base != info->ext_base)
+    BAD ("ext_base %d, the task declared %d", b->ext_base, info->ext_base);
+  long ext_end = (long) info->ext_base + n_oov;
+  for (int t = 0; t < b->T; t++)
+    for (int i = 0; i < b->B; i++) {
+      size_t k = (size_t) t * b->B + i;
+      if (!is_01 (b->src_mask[k]))
+        BAD ("src_mask[step %d, example %d] = %g (expected 0 or 1)", t, i, b->src_mask[k]);
+      if (b->src[k] < 0 || b->src[k] >= info->src_vocab)
+        BAD ("src[step %d, example %d] = %d is outside the source vocabulary [0, %d)", t, i, b->src[k],
+             info->src_vocab);
+      if (b->src_ext[k] < 0 || b->src_ext[k] >= ext_end)
+        BAD ("src_ext[step %d, example %d] = %d is outside the extended vocabulary [0, %ld)", t, i,
+             b->src_ext[k], ext_end);
+    }
+  for (int t = 0; t < b->Ty; t++)
+    for (int i = 0; i < b->B; i++) {
+      size_t k = (size_t) t * b->B + i;
+      if (!is_01 (b->tgt_mask[k]))
+        BAD ("tgt_mask[step %d, example %d] = %g (expected 0 or 1)", t, i, b->tgt_mask[k]);
+      if (b->tgt_mask[k] == 0.0f)
+        continue;
+      if (b->tgt[k] < 0 || b->tgt[k] >= info->tgt_vocab)
+        BAD ("tgt[step %d, example %d] = %d is outside the target shortlist [0, %d)", t, i, b->tgt[k],
+             info->tgt_vocab);
+      if (b->tgt_ext[k] < 0 || b->tgt_ext[k] >= ext_end)
+        BAD ("tgt_ext[step %d, example %d] = %d is outside the extended vocabulary [0, %ld)", t, i,
+             b->tgt_ext[k], ext_end);
+      if (b->dec_in[k] < 0 || b->dec_in[k] >= ext_end)
+        BAD ("dec_in[step %d, example %d] = %d is outside the extended vocabulary [0, %ld)", t, i,
+             b->dec_in[k], ext_end);
+      if (!is_01 (b->tgt_switch[k]))
+        BAD ("tgt_switch[step %d, example %d] = %g (expected 0 or 1)", t, i, b->tgt_switch[k]);
+      int loc = b->tgt_loc[k];
+      if (loc < -1 || loc >= b->T)
+        BAD ("tgt_loc[step %d, example %d] = %d is outside the source [0, %d)", t, i, loc, b->T);
+      if (loc >= 0 && b->src_mask[(size_t) loc * b->B + i] == 0.0f)
+        BAD ("tgt_loc[step %d, example %d] = %d points at padding", t, i, loc);
+    }
+  return TRUE;
+}

@@ -12,6 +12,7 @@ struct PsmModel {
   PsmPipeline *pl;
   const PsmTaskClass *tk;
   void *task;
+  const char *task_name;
   PsmTaskInfo info;
   const PsmEncoderClass *ek;
   void *enc;
@@ -27,11 +28,6 @@ struct PsmModel {
   PsmBatch batch;
   int eval_batch;
 };
-
-/* Exposed to psm-run.c */
-PsmGraph *psm_model_graph (PsmModel *m);
-PsmBatch *psm_model_batch (PsmModel *m);
-PsmPipeline *psm_model_pipeline (PsmModel *m);
 
 PsmGraph *psm_model_graph (PsmModel *m) { return m->g; }
 PsmBatch *psm_model_batch (PsmModel *m) { return &m->batch; }
@@ -81,6 +77,9 @@ psm_model_new (PsmPipeline *pl, gboolean check, GError **error)
   memset (&m->info, 0, sizeof m->info);
   m->info.size = sizeof m->info;
   m->tk->info (m->task, &m->info);
+  m->task_name = tp->desc->name;
+  if (!psm_task_info_validate (&m->info, m->task_name, error))
+    goto fail;
 
   if (psm_pipeline_plugin (pl, "model.decoder")) {
     g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID,
@@ -180,6 +179,13 @@ encode (PsmModel *m, PsmGraph *g, const PsmBatch *b, PsmEncoding *enc, PsmDecOut
   out->state = psm_tensor_reshape (g, enc->summary, 3, s3);
 }
 
+gboolean
+psm_model_train_batch (PsmModel *m, int B, PsmRng *rng, GError **error)
+{
+  return m->tk->train_batch (m->task, B, rng, &m->batch, error) &&
+         psm_batch_validate (&m->batch, &m->info, B, m->task_name, error);
+}
+
 PsmTensor *
 psm_model_loss (PsmModel *m, PsmGraph *g, const PsmBatch *b)
 {
@@ -205,7 +211,8 @@ psm_model_evaluate (PsmModel *m, PsmSplit split, long max_examples, FILE *fout,
   gboolean ok = TRUE;
   for (long start = 0; start < n && ok; start += m->eval_batch) {
     int B = (int) MIN ((long) m->eval_batch, n - start);
-    if (!m->tk->eval_batch (m->task, split, (int) start, B, &m->batch, error)) {
+    if (!m->tk->eval_batch (m->task, split, (int) start, B, &m->batch, error) ||
+        !psm_batch_validate (&m->batch, &m->info, B, m->task_name, error)) {
       ok = FALSE;
       break;
     }
@@ -249,8 +256,20 @@ psm_model_evaluate (PsmModel *m, PsmSplit split, long max_examples, FILE *fout,
   for (int i = 0; i < m->n_metrics; i++) {
     if (m->mk[i]->add_loss)
       m->mk[i]->add_loss (m->metric[i], loss_sum, (long) weight);
-    m->mk[i]->report (m->metric[i], &res->metrics[i]);
+    PsmMetricReport *r = &res->metrics[i];
+    memset (r, 0, sizeof *r);
+    m->mk[i]->report (m->metric[i], r);
     res->metric_names[i] = m->metric_name[i];
+    gboolean named = r->n >= 0 && r->n <= PSM_METRIC_MAX_VALUES;
+    for (int k = 0; named && k < r->n; k++)
+      named = r->names[k] != NULL;
+    if (!named) {
+      g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
+                   "metric plugin '%s' reported %d values%s (a report holds 0 to %d named values)",
+                   m->metric_name[i], r->n, r->n >= 0 && r->n <= PSM_METRIC_MAX_VALUES ? " with a NULL name" : "",
+                   PSM_METRIC_MAX_VALUES);
+      return FALSE;
+    }
   }
   res->n_metrics = m->n_metrics;
   if (m->n_metrics && res->metrics[0].n) {

@@ -2,6 +2,7 @@
  * descriptor, call init, never unload. Every failure names the file. */
 #include "config.h"
 #include <dlfcn.h>
+#include <stddef.h>
 #include <string.h>
 #include "psm-private.h"
 
@@ -24,6 +25,124 @@ psm_kind_from_name (const char *name, PsmKind *kind)
       return TRUE;
     }
   return FALSE;
+}
+
+/* The hooks of each kind's class that the core calls unconditionally. */
+typedef struct {
+  size_t offset;
+  const char *name;
+} Hook;
+#define HOOK(type, field) { offsetof (type, field), #field }
+static const Hook encoder_hooks[] = {
+  HOOK (PsmEncoderClass, create), HOOK (PsmEncoderClass, destroy), HOOK (PsmEncoderClass, output_dim),
+  HOOK (PsmEncoderClass, summary_dim), HOOK (PsmEncoderClass, encode), { 0, NULL }
+};
+static const Hook decoder_hooks[] = {
+  HOOK (PsmDecoderClass, create), HOOK (PsmDecoderClass, destroy), HOOK (PsmDecoderClass, state_dim),
+  HOOK (PsmDecoderClass, context_dim), HOOK (PsmDecoderClass, has_attention), HOOK (PsmDecoderClass, init),
+  HOOK (PsmDecoderClass, step), { 0, NULL }
+};
+static const Hook head_hooks[] = {
+  HOOK (PsmHeadClass, create), HOOK (PsmHeadClass, destroy), HOOK (PsmHeadClass, loss),
+  HOOK (PsmHeadClass, space_size), HOOK (PsmHeadClass, scores), HOOK (PsmHeadClass, slot_token), { 0, NULL }
+};
+static const Hook task_hooks[] = {
+  HOOK (PsmTaskClass, create), HOOK (PsmTaskClass, destroy), HOOK (PsmTaskClass, info),
+  HOOK (PsmTaskClass, train_batch), HOOK (PsmTaskClass, n_examples), HOOK (PsmTaskClass, eval_batch),
+  HOOK (PsmTaskClass, token_text), { 0, NULL }
+};
+static const Hook metric_hooks[] = {
+  HOOK (PsmMetricClass, create), HOOK (PsmMetricClass, destroy), HOOK (PsmMetricClass, reset),
+  HOOK (PsmMetricClass, report), { 0, NULL }
+};
+static const Hook *const kind_hooks[] = { NULL, encoder_hooks, decoder_hooks, head_hooks, task_hooks,
+                                          metric_hooks };
+
+static gboolean
+hook_set (const void *klass, size_t offset)
+{
+  void (*fn) (void);
+  memcpy (&fn, (const char *) klass + offset, sizeof fn);
+  return fn != NULL;
+}
+
+/* Every hook the core calls is set; a metric takes pairs or losses. */
+static gboolean
+check_class (const char *path, const PsmPluginDesc *d, GError **error)
+{
+  const char *kname = psm_kind_name (d->kind);
+  for (const Hook *h = kind_hooks[d->kind]; h->name; h++)
+    if (!hook_set (d->klass, h->offset)) {
+      g_set_error (error, PSM_PLUGIN_ERROR, PSM_PLUGIN_ERROR_CLASS,
+                   "%s: %s plugin '%s': required class field '%s' is NULL", path, kname, d->name, h->name);
+      return FALSE;
+    }
+  if (d->kind == PSM_KIND_METRIC && !hook_set (d->klass, offsetof (PsmMetricClass, add)) &&
+      !hook_set (d->klass, offsetof (PsmMetricClass, add_loss))) {
+    g_set_error (error, PSM_PLUGIN_ERROR, PSM_PLUGIN_ERROR_CLASS,
+                 "%s: metric plugin '%s': class fields 'add' and 'add_loss' are both NULL (one is required)",
+                 path, d->name);
+    return FALSE;
+  }
+  return TRUE;
+}
+
+static gboolean
+default_ok (const PsmParamSpec *p)
+{
+  char *end = NULL;
+  switch (p->type) {
+  case PSM_PARAM_INT: {
+    gint64 v = g_ascii_strtoll (p->def, &end, 10);
+    return *p->def && *end == '\0' && (p->min > p->max || (v >= p->min && v <= p->max));
+  }
+  case PSM_PARAM_FLOAT: {
+    double v = g_ascii_strtod (p->def, &end);
+    return *p->def && *end == '\0' && (p->min > p->max || (v >= p->min && v <= p->max));
+  }
+  case PSM_PARAM_BOOL:
+    return strcmp (p->def, "true") == 0 || strcmp (p->def, "false") == 0;
+  case PSM_PARAM_CHOICE: {
+    char **c = g_strsplit (p->choices, "|", -1);
+    gboolean ok = g_strv_contains ((const char *const *) c, p->def);
+    g_strfreev (c);
+    return ok;
+  }
+  default:
+    return TRUE;
+  }
+}
+
+/* The parameter table drives validation, --list and the man page: a
+ * malformed entry is the plugin's bug, refused at load. */
+static gboolean
+check_params (const char *path, const PsmPluginDesc *d, GError **error)
+{
+  const char *why = NULL;
+  const PsmParamSpec *p = d->params;
+  for (int i = 0; p && p->name; p++, i++) {
+    if (i >= 1024)
+      why = "has no PSM_PARAM_END within 1024 entries";
+    else if (!*p->name)
+      why = "has an empty name";
+    else if ((int) p->type < PSM_PARAM_INT || p->type > PSM_PARAM_FILE)
+      why = "has an unknown type";
+    else if (p->type == PSM_PARAM_CHOICE && (!p->choices || !*p->choices))
+      why = "is a choice with no choices";
+    else if (!p->doc)
+      why = "has no documentation line";
+    else if (p->def && !default_ok (p))
+      why = "has a default that is not a valid value";
+    for (const PsmParamSpec *q = d->params; !why && q < p; q++)
+      if (strcmp (q->name, p->name) == 0)
+        why = "is declared twice";
+    if (why) {
+      g_set_error (error, PSM_PLUGIN_ERROR, PSM_PLUGIN_ERROR_CLASS, "%s: %s plugin '%s': parameter '%s' %s",
+                   path, psm_kind_name (d->kind), d->name, p->name, why);
+      return FALSE;
+    }
+  }
+  return TRUE;
 }
 
 static GMutex lock;
@@ -109,6 +228,10 @@ load_locked (const char *path, GError **error)
     g_set_error (error, PSM_PLUGIN_ERROR, PSM_PLUGIN_ERROR_ABI,
                  "%s: %s class is %u bytes, this psm needs %u (rebuild the plugin)", path, kname,
                  csize, class_sizes[d->kind]);
+    dlclose (h);
+    return NULL;
+  }
+  if (!check_class (path, d, error) || !check_params (path, d, error)) {
     dlclose (h);
     return NULL;
   }

@@ -3,6 +3,7 @@
 #define PSM_PRIVATE_H
 #include <math.h>
 #include "psm/psm.h"
+#include "psm/psm-pipeline.h"
 
 /* The closed set of ops. Adding an op: one file in core/ops/ (forward and
  * backward) plus one row here and one in psm-op-table.c. */
@@ -116,6 +117,21 @@ static inline float psm_sigmoidf (float x) { return 1.0f / (1.0f + expf (-x)); }
 #define PSM_PACK_VL 8
 #else
 #define PSM_PACK_VL 4
+/* Model internals used by the training loop (core/psm-model.c). */
+PsmGraph *psm_model_graph (PsmModel *m);
+PsmBatch *psm_model_batch (PsmModel *m);
+PsmPipeline *psm_model_pipeline (PsmModel *m);
+/* The task's next training batch of B into psm_model_batch (m), validated. */
+gboolean psm_model_train_batch (PsmModel *m, int B, PsmRng *rng, GError **error);
+
+/* What the core accepts from a task plugin (core/psm-batch.c): the sizes it
+ * declares, and every batch it returns (ids inside the vocabularies, lengths
+ * within its maxima, masks 0/1, pointer locations on real tokens). Errors
+ * name the task plugin (PSM_RUN_ERROR_FAILED). */
+gboolean psm_task_info_validate (const PsmTaskInfo *info, const char *task, GError **error);
+gboolean psm_batch_validate (const PsmBatch *b, const PsmTaskInfo *info, int max_B, const char *task,
+                             GError **error);
+
 #endif
 #define PSM_PACK_NR (2 * PSM_PACK_VL)
 /* Whether it beats BLAS: where the build targets vector FMA (e.g.
@@ -125,6 +141,21 @@ static inline float psm_sigmoidf (float x) { return 1.0f / (1.0f + expf (-x)); }
 #define PSM_PACK_FAST 1
 #else
 #define PSM_PACK_FAST 0
+/* Model internals used by the training loop (core/psm-model.c). */
+PsmGraph *psm_model_graph (PsmModel *m);
+PsmBatch *psm_model_batch (PsmModel *m);
+PsmPipeline *psm_model_pipeline (PsmModel *m);
+/* The task's next training batch of B into psm_model_batch (m), validated. */
+gboolean psm_model_train_batch (PsmModel *m, int B, PsmRng *rng, GError **error);
+
+/* What the core accepts from a task plugin (core/psm-batch.c): the sizes it
+ * declares, and every batch it returns (ids inside the vocabularies, lengths
+ * within its maxima, masks 0/1, pointer locations on real tokens). Errors
+ * name the task plugin (PSM_RUN_ERROR_FAILED). */
+gboolean psm_task_info_validate (const PsmTaskInfo *info, const char *task, GError **error);
+gboolean psm_batch_validate (const PsmBatch *b, const PsmTaskInfo *info, int max_B, const char *task,
+                             GError **error);
+
 #endif
 /* psm_gru_seq runs on packed weights when set (default PSM_PACK_FAST),
  * else on one psm_gemm per step; tests set it both ways. */
@@ -134,5 +165,20 @@ static inline int psm_pack_panels (int n) { return (n + PSM_PACK_NR - 1) / PSM_P
 size_t psm_packed_floats (int K, int n);
 void psm_pack (int K, int n, const float *B, int ldb, gboolean tb, float *out);
 void psm_packed_gemm (int M, int K, int n, const float *A, int lda, const float *Bp, float *C, int ldc);
+
+/* Model internals used by the training loop (core/psm-model.c). */
+PsmGraph *psm_model_graph (PsmModel *m);
+PsmBatch *psm_model_batch (PsmModel *m);
+PsmPipeline *psm_model_pipeline (PsmModel *m);
+/* The task's next training batch of B into psm_model_batch (m), validated. */
+gboolean psm_model_train_batch (PsmModel *m, int B, PsmRng *rng, GError **error);
+
+/* What the core accepts from a task plugin (core/psm-batch.c): the sizes it
+ * declares, and every batch it returns (ids inside the vocabularies, lengths
+ * within its maxima, masks 0/1, pointer locations on real tokens). Errors
+ * name the task plugin (PSM_RUN_ERROR_FAILED). */
+gboolean psm_task_info_validate (const PsmTaskInfo *info, const char *task, GError **error);
+gboolean psm_batch_validate (const PsmBatch *b, const PsmTaskInfo *info, int max_B, const char *task,
+                             GError **error);
 
 #endif

@@ -11,10 +11,6 @@
 
 G_DEFINE_QUARK (psm-run-error-quark, psm_run_error)
 
-PsmGraph *psm_model_graph (PsmModel *m);
-PsmBatch *psm_model_batch (PsmModel *m);
-PsmPipeline *psm_model_pipeline (PsmModel *m);
-
 static gboolean
 optim_config (const PsmSection *s, PsmOptConfig *c)
 {
@@ -164,8 +160,6 @@ psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error)
   long log_every = (long) psm_section_int (train, "log_every");
   long valid_n = (long) psm_section_int (train, "valid_examples");
   double clip = psm_section_float (train, "clip_norm");
-  const PsmTaskClass *tk;
-  void *task = psm_model_task (m, &tk);
   PsmGraph *g = psm_model_graph (m);
   PsmBatch *batch = psm_model_batch (m);
   GTimer *timer = g_timer_new ();
@@ -177,7 +171,7 @@ psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error)
             psm_pipeline_file (pl), steps, B, psm_params_size (params), dir);
 
   for (long step = meta.step; step < steps; step++) {
-    if (!tk->train_batch (task, B, &meta.rng, batch, error))
+    if (!psm_model_train_batch (m, B, &meta.rng, error))
       goto out_timer;
     psm_graph_reset (g);
     PsmTensor *loss = psm_model_loss (m, g, batch);
@@ -352,8 +346,6 @@ psm_run_check (PsmModel *m, GError **error)
   PsmPipeline *pl = psm_model_pipeline (m);
   const PsmSection *train = psm_pipeline_section (pl, "train");
   PsmParams *params = psm_model_params (m);
-  const PsmTaskClass *tk;
-  void *task = psm_model_task (m, &tk);
   PsmGraph *g = psm_model_graph (m);
   PsmBatch *batch = psm_model_batch (m);
   printf ("check %s: pipeline valid, model built (%zu parameters)\n", psm_pipeline_file (pl),
@@ -366,7 +358,7 @@ psm_run_check (PsmModel *m, GError **error)
   PsmRng rng;
   psm_rng_seed (&rng, (guint64) psm_section_int (train, "seed"));
   int B = (int) MIN (psm_section_int (train, "batch"), 16);
-  if (!tk->train_batch (task, B, &rng, batch, error)) {
+  if (!psm_model_train_batch (m, B, &rng, error)) {
     psm_optim_free (optim);
     return FALSE;
   }

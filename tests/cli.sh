@@ -93,5 +93,34 @@ expect 1 "NaN before the first checkpoint says none was written" "step 3: traini
   "$run" --mode train "$tmp/tiny.cfg" --set "run.dir=$tmp/nan0" --set model.head.plugin=nan --set model.head.nan_after=3
 expect 1 "--list names broken plugins on the path" "not a psm plugin" -- "$run" --list
 
+# a task's bad batches are caught by the core, naming the task plugin
+cat > "$tmp/bad.cfg" <<CFG
+task = { plugin = "bad"; };
+model = { embedding = { dim = 4; }; encoder = { plugin = "gru"; hidden = 8; };
+          head = { plugin = "softmax"; }; };
+train = { batch = 4; steps = 5; eval_every = 5; optimizer = { lr = 0.05; }; };
+metrics = ( "error_rate" );
+CFG
+expect 0 "the fixture task without defects passes --check" "check: OK" -- "$run" --check "$tmp/bad.cfg"
+for d in "src_id:src\[step 2, example 3\] = 10 is outside the source vocabulary \[0, 10)" \
+         "tgt_id:tgt\[step 0, example 3\] = 12 is outside the target shortlist \[0, 10)" \
+         "long_src:source length 5 (the task declared max_src_len 4)" \
+         "src_mask:src_mask\[step 1, example 3\] = 0.5 (expected 0 or 1)" \
+         "loc_padding:tgt_loc\[step 0, example 3\] = 3 points at padding" \
+         "too_many:5 examples (asked for at most 4)"; do
+  expect 1 "bad batch (${d%%:*}) is an error naming the task" "task plugin 'bad' returned a bad batch: ${d#*:}" -- \
+    "$run" --check "$tmp/bad.cfg" --set task.defect="${d%%:*}"
+done
+expect 1 "bad evaluation batch is an error too" "task plugin 'bad' returned a bad batch: src\[step 2, example 19\] = 10" -- \
+  "$run" --check "$tmp/bad.cfg" --set task.defect=src_id --set task.where=eval
+expect 1 "a task that describes itself wrongly" "task plugin 'bad' describes itself wrongly: tgt_vocab < 1" -- \
+  "$run" --check "$tmp/bad.cfg" --set task.defect=info
+expect 1 "a metric reporting too many values is an error" "metric plugin 'toomany' reported 9 values (a report holds 0 to 8 named values)" -- \
+  "$run" --check "$tmp/bad.cfg" --set metrics=error_rate,toomany
+
+# OMP_THREAD_LIMIT below the threads asked for: OpenBLAS's OpenMP build hung here
+expect 0 "OMP_THREAD_LIMIT below OMP_NUM_THREADS does not hang" "check: OK" -- \
+  env OMP_NUM_THREADS=4 OMP_THREAD_LIMIT=2 timeout 300 "$run" --check "$tmp/tiny.cfg"
+
 echo "Checks: $n, Failures: $fails"
 [ "$fails" -eq 0 ]

@@ -73,6 +73,20 @@ START_TEST (test_duplicate)
 }
 END_TEST
 
+/* The loader checks the hooks the core calls and the parameter table, so a
+ * careless plugin is a load error naming the field, not a crash later. */
+START_TEST (test_null_hook)
+{
+  expect_error ("psm-head-nullhook.so", PSM_PLUGIN_ERROR_CLASS, "head plugin 'nullhook': required class field 'scores' is NULL");
+}
+END_TEST
+
+START_TEST (test_bad_param_table)
+{
+  expect_error ("psm-metric-badparam.so", PSM_PLUGIN_ERROR_CLASS, "metric plugin 'badparam': parameter 'mode' is a choice with no choices");
+}
+END_TEST
+
 START_TEST (test_find_and_kind_mismatch)
 {
   g_setenv ("PSM_PLUGIN_PATH", PSM_TEST_FIXTURE_DIR ":" PSM_TEST_PLUGIN_DIR, TRUE);
@@ -111,6 +125,8 @@ main (void)
   tcase_add_test (tc, test_wrong_kind);
   tcase_add_test (tc, test_init_failure);
   tcase_add_test (tc, test_duplicate);
+  tcase_add_test (tc, test_null_hook);
+  tcase_add_test (tc, test_bad_param_table);
   tcase_add_test (tc, test_find_and_kind_mismatch);
   suite_add_tcase (s, tc);
   return psm_test_run (s);

@@ -69,7 +69,9 @@ typedef enum {
   PSM_PLUGIN_ERROR_ABI,        /* wrong ABI version or struct size */
   PSM_PLUGIN_ERROR_KIND,       /* bad or unexpected kind, or name mismatch */
   PSM_PLUGIN_ERROR_INIT,       /* init() failed */
-  PSM_PLUGIN_ERROR_DUPLICATE   /* kind/name already loaded from another file */
+  PSM_PLUGIN_ERROR_DUPLICATE,  /* kind/name already loaded from another file */
+  PSM_PLUGIN_ERROR_CLASS       /* a required class hook is NULL, or the
+                                  parameter table is malformed */
 } PsmPluginError;
 
 /* Search path: $PSM_PLUGIN_PATH (':'-separated), then the installed plugin
