@@ -47,6 +47,13 @@ psm_optim_free (PsmOptim *o)
 }
 
 const char *psm_optim_name (const PsmOptim *o) { return opt_names[o->cfg.kind]; }
+const PsmOptConfig *psm_optim_config (const PsmOptim *o) { return &o->cfg; }
+
+const char *
+psm_optim_kind_name (PsmOptKind kind)
+{
+  return (int) kind >= 0 && kind < G_N_ELEMENTS (opt_names) ? opt_names[kind] : NULL;
+}
 int psm_optim_n_state (const PsmOptim *o) { return o->n_state; }
 float *psm_optim_state (PsmOptim *o, int slot) { return slot < o->n_state ? o->state[slot] : NULL; }
 

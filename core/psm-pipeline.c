@@ -15,7 +15,7 @@ static const PsmParamSpec embedding_spec[] = {
 
 static const PsmParamSpec train_spec[] = {
   { "batch", PSM_PARAM_INT, "32", 1, 100000, "examples per training step", NULL },
-  { "steps", PSM_PARAM_INT, "1000", 0, 1e9, "training steps (updates)", NULL },
+  { "steps", PSM_PARAM_INT, "1000", 1, PSM_MAX_STEPS, "training steps (updates)", NULL },
   { "seed", PSM_PARAM_INT, "1", 0, 2147483647, "seed of initialisation and batches", NULL },
   { "clip_norm", PSM_PARAM_FLOAT, "0", 0, 1e9, "global gradient-norm clip (0 = off)", NULL },
   { "eval_every", PSM_PARAM_INT, "1000", 1, 1e9, "validate (and checkpoint) every N steps", NULL },

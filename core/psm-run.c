@@ -166,6 +166,13 @@ psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error)
   double win_loss = 0.0, win_tokens = 0.0, t_win = 0.0, t_live = 0.0;
   char line[160];
   long win_n = 0, start_step = meta.step;
+  if (meta.step >= steps) {
+    if (!opt->quiet)
+      printf ("nothing to train: %s is at step %ld and train.steps is %ld (raise train.steps to go on)\n",
+              last, meta.step, steps);
+    ok = TRUE;
+    goto out;
+  }
   if (!opt->quiet)
     printf ("training %s: %ld steps of %d examples, %zu parameters, run folder %s\n",
             psm_pipeline_file (pl), steps, B, psm_params_size (params), dir);
@@ -240,10 +247,10 @@ psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error)
       if (is_best) {
         meta.best_metric = r.primary;
         have_best = TRUE;
-        if (!psm_checkpoint_save (best_path, params, NULL, &meta, error))
+        if (!psm_checkpoint_save (best_path, params, optim, FALSE, &meta, error))
           goto out_timer;
       }
-      if (!psm_checkpoint_save (last, params, optim, &meta, error))
+      if (!psm_checkpoint_save (last, params, optim, TRUE, &meta, error))
         goto out_timer;
       if (opt->progress && !opt->quiet)
         fprintf (stderr, "\n");
@@ -408,7 +415,7 @@ psm_run_check (PsmModel *m, GError **error)
   size_t n = psm_params_size (params);
   float *saved = g_memdup2 (psm_params_data (params), n * sizeof (float));
   PsmCheckpointMeta meta = { steps, rng, r.primary };
-  gboolean ok = psm_checkpoint_save (path, params, optim, &meta, error);
+  gboolean ok = psm_checkpoint_save (path, params, optim, TRUE, &meta, error);
   if (ok) {
     for (size_t i = 0; i < n; i++)
       psm_params_data (params)[i] = 0.0f;

@@ -70,6 +70,16 @@ expect 0 "train 20 steps" "trained 20 steps" -- "$run" --mode train "$tmp/tiny.c
 expect 0 "--resume to 30" "resumed .* at step 20" -- "$run" --mode train --resume "$tmp/tiny.cfg" --set "run.dir=$tmp/r"
 cmp -s "$tmp/b/last.ckpt" "$tmp/r/last.ckpt" && ok "resumed run ends bit-identical to the straight run" || bad "resumed run ends bit-identical"
 expect 2 "--resume without a run" "nothing to resume" -- "$run" --resume "$tmp/tiny.cfg" --set "run.dir=$tmp/none"
+expect 0 "--resume past train.steps says there is nothing to train" "nothing to train: .*last.ckpt is at step 30 and train.steps is 1" -- \
+  "$run" --mode train --resume "$tmp/tiny.cfg" --set "run.dir=$tmp/r" --set train.steps=1
+cmp -s "$tmp/b/last.ckpt" "$tmp/r/last.ckpt" && ok "and leaves the run as it was" || bad "and leaves the run as it was"
+expect 1 "--resume under another optimiser is refused" "trained with optimiser 'adam', the pipeline asks for 'sgd'" -- \
+  "$run" --mode train --resume "$tmp/tiny.cfg" --set "run.dir=$tmp/r" --set train.steps=40 --set train.optimizer.name=sgd
+expect 1 "--resume with another learning rate is refused" "trained with adam lr = 0.01, the pipeline asks for 0.02" -- \
+  "$run" --mode train --resume "$tmp/tiny.cfg" --set "run.dir=$tmp/r" --set train.steps=40 --set train.optimizer.lr=0.02
+expect 2 "train.steps = 0 is refused up front" "train.steps: value 0 out of range" -- \
+  "$run" "$tmp/tiny.cfg" --set "run.dir=$tmp/zero" --set train.steps=0
+[ ! -e "$tmp/zero" ] && ok "and no run folder is made" || bad "and no run folder is made"
 
 # corrupt checkpoint
 cp -r "$tmp/r" "$tmp/corrupt"

@@ -267,7 +267,7 @@ START_TEST (test_checkpoint)
   psm_optim_step (o, 0);
   PsmCheckpointMeta meta = { 123, { { 1, 2, 3, 4 } }, 17.5 };
   GError *e = NULL;
-  ck_assert_msg (psm_checkpoint_save (path, p, o, &meta, &e), "%s", e ? e->message : "");
+  ck_assert_msg (psm_checkpoint_save (path, p, o, TRUE, &meta, &e), "%s", e ? e->message : "");
   ck_assert (!g_file_test (g_strdup_printf ("%s.tmp.%d", path, (int) getpid ()), G_FILE_TEST_EXISTS));
 
   /* round trip into a differently initialised model */
@@ -325,12 +325,13 @@ START_TEST (test_checkpoint)
   g_mkdir (ro, 0555);
   char *target = g_build_filename (ro, "x.ckpt", NULL);
   if (access (ro, W_OK) != 0) {   /* (root can write anywhere; skip there) */
-    ck_assert (!psm_checkpoint_save (target, p, o, &meta, &e));
+    ck_assert (!psm_checkpoint_save (target, p, o, TRUE, &meta, &e));
     ck_assert_msg (strstr (e->message, "cannot write checkpoint"), "%s", e->message);
     g_clear_error (&e);
   }
   ck_assert (g_file_get_contents (path, &buf, &len, NULL));
   ck_assert (psm_checkpoint_load (path, q, NULL, NULL, &e));
+  g_free (buf);
 
   psm_optim_free (o);
   psm_optim_free (oq);
@@ -340,6 +341,123 @@ START_TEST (test_checkpoint)
   psm_params_free (r);
   psm_params_free (s1);
   psm_params_free (s2);
+  g_free (before);
+  g_free (bad);
+  g_free (ro);
+  g_free (target);
+  g_free (path);
+  g_free (dir);
+}
+END_TEST
+
+/* Writes buf with bytes [at, at + n) replaced and a fresh checksum: a file
+ * that passes the SHA-256 but holds values psm never writes. */
+static void
+write_patched (const char *path, const char *buf, gsize len, gsize at, const void *bytes, gsize n)
+{
+  char *c = g_memdup2 (buf, len);
+  memcpy (c + at, bytes, n);
+  GChecksum *sum = g_checksum_new (G_CHECKSUM_SHA256);
+  g_checksum_update (sum, (const guchar *) c, len - 32);
+  gsize dl = 32;
+  g_checksum_get_digest (sum, (guint8 *) c + len - 32, &dl);
+  g_checksum_free (sum);
+  ck_assert (g_file_set_contents (path, c, len, NULL));
+  g_free (c);
+}
+
+static void
+expect_refused (const char *path, PsmParams *p, PsmOptim *o, const char *needle)
+{
+  GError *e = NULL;
+  float *before = g_memdup2 (psm_params_data (p), psm_params_size (p) * 4);
+  ck_assert_msg (!psm_checkpoint_load (path, p, o, NULL, &e), "accepted (wanted: %s)", needle);
+  ck_assert_msg (strstr (e->message, needle) && strstr (e->message, path), "wanted \"%s\" in: %s", needle,
+                 e->message);
+  ck_assert (memcmp (before, psm_params_data (p), psm_params_size (p) * 4) == 0);
+  g_error_free (e);
+  g_free (before);
+}
+
+/* What a checkpoint must prove before it is trusted: the optimiser and its
+ * settings for a resume (an SGD checkpoint carries no state), header values
+ * psm can have written, a regular file of plausible size. */
+START_TEST (test_checkpoint_checks)
+{
+  char *dir = g_dir_make_tmp ("psm-test-ckpt-XXXXXX", NULL);
+  char *sgd_path = g_build_filename (dir, "sgd.ckpt", NULL), *path = g_build_filename (dir, "x.ckpt", NULL);
+  PsmParams *p = model (5, "w", 1);
+  PsmOptConfig sgd = { .kind = PSM_OPT_SGD, .lr = 0.5 };
+  PsmOptConfig adam = { .kind = PSM_OPT_ADAM, .lr = 0.1, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8 };
+  PsmOptim *os = psm_optim_new (&sgd, p), *oa = psm_optim_new (&adam, p);
+  PsmCheckpointMeta meta = { 2, { { 1, 2, 3, 4 } }, NAN };
+  GError *e = NULL;
+  ck_assert (psm_checkpoint_save (sgd_path, p, os, TRUE, &meta, &e));
+  /* SGD has no state buffers, yet Adam must not resume from it */
+  expect_refused (sgd_path, p, oa, "trained with optimiser 'sgd', the pipeline asks for 'adam'");
+  PsmCheckpointMeta back;
+  ck_assert (psm_checkpoint_load (sgd_path, p, os, &back, &e) && back.step == 2 && isnan (back.best_metric));
+  /* the same optimiser with another setting it reads */
+  PsmOptConfig sgd2 = sgd;
+  sgd2.lr = 0.25;
+  PsmOptim *os2 = psm_optim_new (&sgd2, p);
+  expect_refused (sgd_path, p, os2, "trained with sgd lr = 0.5, the pipeline asks for 0.25");
+  PsmOptConfig sgd3 = sgd;
+  sgd3.beta1 = 0.5;   /* not read by sgd: fine */
+  PsmOptim *os3 = psm_optim_new (&sgd3, p);
+  ck_assert (psm_checkpoint_load (sgd_path, p, os3, NULL, &e));
+  /* parameters only (best.ckpt): evaluated, never resumed */
+  ck_assert (psm_checkpoint_save (path, p, oa, FALSE, &meta, &e));
+  expect_refused (path, p, oa, "holds parameters only (no optimiser state)");
+  ck_assert (psm_checkpoint_load (path, p, NULL, NULL, &e));
+
+  /* header values that pass the checksum but that psm never writes */
+  ck_assert (psm_checkpoint_save (path, p, oa, TRUE, &meta, &e));
+  gchar *buf;
+  gsize len;
+  ck_assert (g_file_get_contents (path, &buf, &len, NULL));
+  char *bad = g_build_filename (dir, "bad.ckpt", NULL);
+  gint64 steps[2] = { -5, 1000000000000 };
+  for (int i = 0; i < 2; i++) {
+    write_patched (bad, buf, len, 16, &steps[i], 8);
+    expect_refused (bad, p, NULL, "corrupt header: step");
+  }
+  guint32 zero[4] = { 0 };
+  write_patched (bad, buf, len, 24, zero, 16);
+  expect_refused (bad, p, NULL, "the RNG state is all zero");
+  double inf = INFINITY;
+  write_patched (bad, buf, len, 40, &inf, 8);
+  expect_refused (bad, p, NULL, "best validation metric is infinite");
+  guint32 flags = 6;
+  write_patched (bad, buf, len, 12, &flags, 4);
+  expect_refused (bad, p, NULL, "unknown flags");
+  /* truncated to 40 bytes: said so, not "format version 0" */
+  ck_assert (g_file_set_contents (bad, buf, 40, NULL));
+  expect_refused (bad, p, NULL, "truncated: 40 bytes");
+  /* bigger than a checkpoint of this model can be: refused before reading */
+  char *big = g_malloc0 (len + 4096);
+  memcpy (big, buf, len);
+  ck_assert (g_file_set_contents (bad, big, len + 4096, NULL));
+  expect_refused (bad, p, NULL, "more than a checkpoint of this model can be");
+  /* a link to /dev/zero (read forever before): not a regular file */
+  g_unlink (bad);
+  ck_assert (symlink ("/dev/zero", bad) == 0);
+  expect_refused (bad, p, NULL, "not a regular file");
+  g_unlink (bad);
+  g_unlink (path);
+  g_unlink (sgd_path);
+  g_rmdir (dir);
+  psm_optim_free (os);
+  psm_optim_free (os2);
+  psm_optim_free (os3);
+  psm_optim_free (oa);
+  psm_params_free (p);
+  g_free (big);
+  g_free (buf);
+  g_free (bad);
+  g_free (path);
+  g_free (sgd_path);
+  g_free (dir);
 }
 END_TEST
 
@@ -355,6 +473,7 @@ main (void)
   tcase_add_test (tc, test_params);
   tcase_add_test (tc, test_optimisers);
   tcase_add_test (tc, test_checkpoint);
+  tcase_add_test (tc, test_checkpoint_checks);
   suite_add_tcase (s, tc);
   return psm_test_run (s);
 }

@@ -1,14 +1,22 @@
 /* psm-checkpoint.h — versioned, checksummed checkpoints written atomically
  * (temporary file, fsync, rename): a crash never leaves a torn file.
- * Layout: header (magic "PSMCKPT1", format version, step, RNG state,
- * optimiser kind and slot count), manifest (name, shape of each parameter),
- * parameters, optimiser state, then a SHA-256 of everything before it. */
+ * Layout (version 2, little-endian as written by this machine):
+ *   "PSMCKPT1", u32 version, u32 flags (bit 0: optimiser state follows),
+ *   u64 step, u32[4] RNG state, f64 best metric (NaN: none yet),
+ *   optimiser: u32 name length, name, u32 state slots, u32 setting count,
+ *     f64 settings (lr, beta1, beta2, eps, init_accum, rho, halve_start,
+ *     halve_every),
+ *   u64 parameter floats, u32 parameter count, manifest (u32 name length,
+ *   name, u32 rank, u32 dims, u64 offset per parameter),
+ *   parameters, optimiser state slots (if flagged), SHA-256 of all before. */
 #ifndef PSM_CHECKPOINT_H
 #define PSM_CHECKPOINT_H
 #include "psm-params.h"
 G_BEGIN_DECLS
 
-#define PSM_CHECKPOINT_VERSION 1
+#define PSM_CHECKPOINT_VERSION 2
+/* No run has more updates than this (train.steps' upper bound). */
+#define PSM_MAX_STEPS 1000000000L
 
 typedef struct {
   long step;
@@ -16,11 +24,15 @@ typedef struct {
   double best_metric;     /* best validation score so far (for --resume) */
 } PsmCheckpointMeta;
 
-/* optim may be NULL (parameters only). */
-gboolean psm_checkpoint_save (const char *path, PsmParams *p, PsmOptim *optim,
+/* Records optim's name and settings (optim may be NULL: none recorded) and,
+ * with with_state, its state buffers (what --resume needs). */
+gboolean psm_checkpoint_save (const char *path, PsmParams *p, PsmOptim *optim, gboolean with_state,
                               const PsmCheckpointMeta *meta, GError **error);
-/* Verifies magic, version, checksum and that the manifest matches p exactly
- * (names and shapes); on any failure p and optim are left untouched. */
+/* Reads a regular file no larger than a checkpoint of p can be; verifies
+ * magic, version, checksum, the header's values (step, RNG, metric) and that
+ * the manifest matches p exactly (names and shapes). With optim, the
+ * checkpoint must hold optimiser state of the same optimiser with the same
+ * settings. On any failure p and optim are left untouched. */
 gboolean psm_checkpoint_load (const char *path, PsmParams *p, PsmOptim *optim,
                               PsmCheckpointMeta *meta, GError **error);
 

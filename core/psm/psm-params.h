@@ -62,6 +62,9 @@ void psm_optim_free (PsmOptim *o);
 void psm_optim_step (PsmOptim *o, long step);
 double psm_optim_lr (const PsmOptim *o, long step);
 const char *psm_optim_name (const PsmOptim *o);
+const PsmOptConfig *psm_optim_config (const PsmOptim *o);
+/* Name of an optimiser kind ("sgd", ...); NULL if out of range. */
+const char *psm_optim_kind_name (PsmOptKind kind);
 /* State buffers (for checkpoints): n_state slots of psm_params_size floats. */
 int psm_optim_n_state (const PsmOptim *o);
 float *psm_optim_state (PsmOptim *o, int slot);
