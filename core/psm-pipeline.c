@@ -2,7 +2,10 @@
  * and validates every section against its declared table, reporting every
  * problem at once as FILE:LINE: key.path: what is wrong (expected). */
 #include "config.h"
+#include <errno.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #include "psm-config-private.h"
 #include "psm-private.h"
 #include "psm/psm-pipeline.h"
@@ -377,12 +380,30 @@ psm_pipeline_metric (const PsmPipeline *pl, int i, const PsmSection **section)
 gboolean
 psm_pipeline_write (const PsmPipeline *pl, const char *path, GError **error)
 {
-  char *tmp = g_strdup_printf ("%s.tmp", path);
-  if (!config_write_file ((config_t *) &pl->cfg, tmp) || rename (tmp, path) != 0) {
-    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: cannot write the resolved pipeline", path);
-    g_free (tmp);
-    return FALSE;
+  /* config_write_file() ignores write errors: write, flush and sync here,
+   * and rename only a complete file into place. */
+  char *tmp = g_strdup_printf ("%s.tmp.%d", path, (int) getpid ());
+  FILE *f = fopen (tmp, "w");
+  int e = errno;
+  gboolean ok = f != NULL;
+  if (ok) {
+    config_write (&pl->cfg, f);
+    ok = !ferror (f) && fflush (f) == 0 && fsync (fileno (f)) == 0;
+    e = errno;
+    if (fclose (f) != 0 && ok) {
+      ok = FALSE;
+      e = errno;
+    }
+  }
+  if (ok && rename (tmp, path) != 0) {
+    ok = FALSE;
+    e = errno;
+  }
+  if (!ok) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: cannot write the resolved pipeline: %s",
+                 path, g_strerror (e));
+    unlink (tmp);
   }
   g_free (tmp);
-  return TRUE;
+  return ok;
 }

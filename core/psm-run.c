@@ -54,18 +54,32 @@ progress_text (char *buf, size_t n, long done, long steps, long start_step, doub
   g_snprintf (buf, n, "step %ld/%ld  loss %.4f  %.0f tok/s  ETA %s", done, steps, loss, rate, eta);
 }
 
-static void
-json_eval (FILE *log, long step, const char *split, double t, const PsmEvalResult *r)
+/* Appends one JSON record to the run's log and flushes it; a failed write
+ * (full disk, quota) is an error, not a log that silently stays empty. */
+static gboolean
+log_append (FILE *log, const char *path, const char *record, GError **error)
 {
-  if (!log)
-    return;
-  fprintf (log, "{\"step\": %ld, \"split\": \"%s\", \"time\": %.3f, \"loss\": %.6g, \"examples\": %ld",
-           step, split, t, r->loss, r->n_examples);
+  if (fputs (record, log) < 0 || fflush (log) != 0 || ferror (log)) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: cannot write: %s", path, g_strerror (errno));
+    return FALSE;
+  }
+  return TRUE;
+}
+
+static gboolean
+json_eval (FILE *log, const char *path, long step, const char *split, double t, const PsmEvalResult *r,
+           GError **error)
+{
+  GString *s = g_string_new (NULL);
+  g_string_append_printf (s, "{\"step\": %ld, \"split\": \"%s\", \"time\": %.3f, \"loss\": %.6g, \"examples\": %ld",
+                          step, split, t, r->loss, r->n_examples);
   for (int i = 0; i < r->n_metrics; i++)
     for (int k = 0; k < r->metrics[i].n; k++)
-      fprintf (log, ", \"%s\": %.6g", r->metrics[i].names[k], r->metrics[i].values[k]);
-  fprintf (log, "}\n");
-  fflush (log);
+      g_string_append_printf (s, ", \"%s\": %.6g", r->metrics[i].names[k], r->metrics[i].values[k]);
+  g_string_append (s, "}\n");
+  gboolean ok = log_append (log, path, s->str, error);
+  g_string_free (s, TRUE);
+  return ok;
 }
 
 static void
@@ -219,9 +233,13 @@ psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error)
     if (done % log_every == 0 || done == steps) {
       double dt = now - t_win, rate = dt > 0 ? win_tokens / dt : 0.0;
       progress_text (line, sizeof line, done, steps, start_step, now, win_loss / win_n, rate);
-      fprintf (log, "{\"step\": %ld, \"split\": \"train\", \"time\": %.3f, \"loss\": %.6g, \"lr\": %.6g, \"grad_norm\": %.6g, \"tokens_per_s\": %.1f}\n",
-               done, now, win_loss / win_n, psm_optim_lr (optim, step), gnorm, rate);
-      fflush (log);
+      char *rec = g_strdup_printf ("{\"step\": %ld, \"split\": \"train\", \"time\": %.3f, \"loss\": %.6g, "
+                                   "\"lr\": %.6g, \"grad_norm\": %.6g, \"tokens_per_s\": %.1f}\n",
+                                   done, now, win_loss / win_n, psm_optim_lr (optim, step), gnorm, rate);
+      gboolean logged = log_append (log, log_path, rec, error);
+      g_free (rec);
+      if (!logged)
+        goto out_timer;
       if (!opt->quiet) {
         if (opt->progress)
           fprintf (stderr, "\r%s   ", line);
@@ -256,7 +274,8 @@ psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error)
         fprintf (stderr, "\n");
       if (!opt->quiet)
         print_eval ("valid", done, &r, is_best);
-      json_eval (log, done, "valid", g_timer_elapsed (timer, NULL), &r);
+      if (!json_eval (log, log_path, done, "valid", g_timer_elapsed (timer, NULL), &r, error))
+        goto out_timer;
     }
   }
   if (!opt->quiet)
@@ -265,8 +284,10 @@ psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error)
 out_timer:
   g_timer_destroy (timer);
 out:
-  if (log)
-    fclose (log);
+  if (log && fclose (log) != 0 && ok) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: cannot write: %s", log_path, g_strerror (errno));
+    ok = FALSE;
+  }
   psm_optim_free (optim);
   g_free (kept);
   g_free (last);
@@ -320,19 +341,33 @@ psm_run_eval (PsmModel *m, PsmSplit split, gboolean write_decodes, GError **erro
   gboolean ok = psm_model_evaluate (m, split, 0, out, &r, error);
   double secs = g_timer_elapsed (t, NULL);
   g_timer_destroy (t);
-  if (out)
-    fclose (out);
+  gboolean written = TRUE;
+  if (out) {
+    written = !ferror (out) && fflush (out) == 0;
+    written = fclose (out) == 0 && written;
+  }
+  if (!written && ok) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: cannot write: %s", out_path, g_strerror (errno));
+    ok = FALSE;
+  }
   if (ok) {
     char *what = g_strdup_printf ("%s (%s)", split_name (split), path);
     print_eval (what, meta.step, &r, FALSE);
     g_free (what);
     char *log_path = g_build_filename (dir, "log.jsonl", NULL);
     FILE *log = fopen (log_path, "a");
-    json_eval (log, meta.step, split_name (split), secs, &r);
-    if (log)
-      fclose (log);
+    if (!log) {
+      g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: cannot write: %s", log_path, g_strerror (errno));
+      ok = FALSE;
+    } else {
+      ok = json_eval (log, log_path, meta.step, split_name (split), secs, &r, error);
+      if (fclose (log) != 0 && ok) {
+        g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: cannot write: %s", log_path, g_strerror (errno));
+        ok = FALSE;
+      }
+    }
     g_free (log_path);
-    if (out_path)
+    if (ok && out_path)
       printf ("decodes written to %s (hypothesis<TAB>reference)\n", out_path);
   }
   g_free (out_path);

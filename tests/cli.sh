@@ -81,6 +81,20 @@ expect 2 "train.steps = 0 is refused up front" "train.steps: value 0 out of rang
   "$run" "$tmp/tiny.cfg" --set "run.dir=$tmp/zero" --set train.steps=0
 [ ! -e "$tmp/zero" ] && ok "and no run folder is made" || bad "and no run folder is made"
 
+# write errors stop the run with exit 1 and leave nothing half-written
+# (no file may grow: output through a pipe; SIGXFSZ ignored so writes fail with EFBIG)
+out=$( (ulimit -f 0; trap '' XFSZ; exec "$run" --mode train "$tmp/tiny.cfg" --set "run.dir=$tmp/full" 2>&1); echo "exit $?")
+printf '%s\n' "$out" > "$tmp/out"
+grep -q "^exit 1$" "$tmp/out" && grep -q "pipeline.cfg: cannot write the resolved pipeline: File too large" "$tmp/out" && ok "a pipeline.cfg that cannot be written stops the run" || bad "a pipeline.cfg that cannot be written stops the run"
+[ ! -e "$tmp/full/pipeline.cfg" ] && ok "and no empty pipeline.cfg is renamed into place" || bad "and no empty pipeline.cfg is renamed into place"
+cp -r "$tmp/r" "$tmp/logfull"
+rm "$tmp/logfull/log.jsonl" && ln -s /dev/full "$tmp/logfull/log.jsonl"
+expect 1 "a log that cannot be written stops training" "log.jsonl: cannot write: No space left on device" -- \
+  "$run" --mode train --resume "$tmp/tiny.cfg" --set "run.dir=$tmp/logfull" --set train.steps=40
+ln -s /dev/full "$tmp/logfull/decode.test.txt"
+expect 1 "decode outputs that cannot be written are an error" "decode.test.txt: cannot write: No space left on device" -- \
+  "$run" --mode decode "$tmp/tiny.cfg" --set "run.dir=$tmp/logfull"
+
 # corrupt checkpoint
 cp -r "$tmp/r" "$tmp/corrupt"
 printf 'X' | dd of="$tmp/corrupt/last.ckpt" bs=1 seek=200 conv=notrunc 2>/dev/null
