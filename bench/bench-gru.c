@@ -23,7 +23,8 @@ main (int argc, char **argv)
   int b_h = psm_params_add (p, "b_h", 1, (int[]) { 3 * H }, PSM_INIT_ZEROS, 0);
   PsmRng rng;
   psm_rng_seed (&rng, 1);
-  psm_params_finalize (p, &rng);
+  if (!psm_params_finalize (p, &rng, NULL))
+    return 1;
   PsmOptConfig oc = { .kind = PSM_OPT_SGD, .lr = 1e-4 };
   PsmOptim *o = psm_optim_new (&oc, p);
   float *x = malloc (sizeof (float) * T * B * E), *r = malloc (sizeof (float) * T * B * H);

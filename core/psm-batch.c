@@ -2,6 +2,7 @@
 #include "config.h"
 #include <string.h>
 #include "psm/psm-batch.h"
+#include "psm/psm-tensor.h"
 
 void
 psm_batch_init (PsmBatch *b)
@@ -13,19 +14,29 @@ psm_batch_init (PsmBatch *b)
 void
 psm_batch_reserve (PsmBatch *b, int B, int T, int Ty)
 {
-  if (B > b->cap_B || T * B > b->cap_T * b->cap_B || Ty * B > b->cap_Ty * b->cap_B) {
+  g_return_if_fail (B >= 0 && T >= 0 && Ty >= 0);
+  if (B > b->cap_B || (size_t) T * B > (size_t) b->cap_T * b->cap_B ||
+      (size_t) Ty * B > (size_t) b->cap_Ty * b->cap_B) {
     int cB = MAX (B, b->cap_B), cT = MAX (T, b->cap_T), cTy = MAX (Ty, b->cap_Ty);
     size_t ns = (size_t) cB * cT, nt = (size_t) cB * cTy;
-    b->src = g_renew (int32_t, b->src, ns);
-    b->src_ext = g_renew (int32_t, b->src_ext, ns);
-    b->src_mask = g_renew (float, b->src_mask, ns);
-    b->dec_in = g_renew (int32_t, b->dec_in, nt);
-    b->tgt = g_renew (int32_t, b->tgt, nt);
-    b->tgt_ext = g_renew (int32_t, b->tgt_ext, nt);
-    b->tgt_mask = g_renew (float, b->tgt_mask, nt);
-    b->tgt_switch = g_renew (float, b->tgt_switch, nt);
-    b->tgt_loc = g_renew (int32_t, b->tgt_loc, nt);
-    b->example_id = g_renew (int32_t, b->example_id, cB);
+#define GROW(field, n)                                                         \
+    do {                                                                       \
+      void *p_ = g_try_realloc (b->field, MAX ((n) * sizeof *b->field, 1));    \
+      if (!p_)                                                                 \
+        psm_out_of_memory ((n) * sizeof *b->field, "a batch");                 \
+      b->field = p_;                                                           \
+    } while (0)
+    GROW (src, ns);
+    GROW (src_ext, ns);
+    GROW (src_mask, ns);
+    GROW (dec_in, nt);
+    GROW (tgt, nt);
+    GROW (tgt_ext, nt);
+    GROW (tgt_mask, nt);
+    GROW (tgt_switch, nt);
+    GROW (tgt_loc, nt);
+    GROW (example_id, (size_t) cB);
+#undef GROW
     b->cap_B = cB;
     b->cap_T = cT;
     b->cap_Ty = cTy;

@@ -23,8 +23,7 @@ block_new (size_t size)
 {
   Block *b = g_new0 (Block, 1);
   b->size = size;
-  if (posix_memalign ((void **) &b->mem, 64, size) != 0)
-    g_error ("psm: out of memory allocating a %zu-byte arena block", size);
+  b->mem = psm_xaligned (size, "a block of a step's tensors");
   return b;
 }
 

@@ -53,6 +53,33 @@ fail_create (GError **error, GError *e, const char *path, const PsmPlugin *pl)
   return FALSE;
 }
 
+/* A lower bound of one step's memory, checked before anything runs: the
+ * embedded source and the annotations over B x T tokens, and the head's
+ * scores over the shortlist for B x Ty targets, with their gradients in
+ * training. Whatever the plugins add comes on top, so a pipeline refused
+ * here could never have run. */
+static gboolean
+check_step_memory (PsmModel *m, int E, int H, GError **error)
+{
+  guint64 limit = psm_memory_limit ();
+  if (!limit)
+    return TRUE;
+  const PsmSection *train = psm_pipeline_section (m->pl, "train");
+  double Bt = (double) psm_section_int (train, "batch"), Be = m->eval_batch;
+  double T = m->info.max_src_len, Ty = m->info.max_tgt_len, V = m->info.tgt_vocab;
+  double per_ex = T * (E + H) + Ty * V;
+  double need = 4.0 * MAX (2.0 * Bt * per_ex, Be * per_ex);
+  if (need <= (double) limit)
+    return TRUE;
+  g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID,
+               "%s: one %s step needs at least %.1f GiB (train.batch %.0f, eval.batch %.0f; the task's "
+               "sources up to %.0f tokens, targets up to %.0f over %.0f words; embedding %d, encoder %d), and "
+               "this process may use %.1f GiB: lower train.batch or eval.batch, or the lengths",
+               psm_pipeline_file (m->pl), 2.0 * Bt >= Be ? "training" : "evaluation",
+               need / (1024.0 * 1024 * 1024), Bt, Be, T, Ty, V, E, H, limit / (1024.0 * 1024 * 1024));
+  return FALSE;
+}
+
 PsmModel *
 psm_model_new (PsmPipeline *pl, gboolean check, GError **error)
 {
@@ -130,9 +157,12 @@ psm_model_new (PsmPipeline *pl, gboolean check, GError **error)
     }
     m->n_metrics = i + 1;
   }
+  if (!check_step_memory (m, E, ctx.enc_dim, error))
+    goto fail;
   PsmRng rng;
   psm_rng_seed (&rng, seed);
-  psm_params_finalize (m->params, &rng);
+  if (!psm_params_finalize (m->params, &rng, error))
+    goto fail;
   return m;
 fail:
   psm_model_free (m);

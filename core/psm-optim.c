@@ -29,7 +29,7 @@ psm_optim_new (const PsmOptConfig *cfg, PsmParams *p)
   o->n_state = cfg->kind == PSM_OPT_SGD ? 0 : cfg->kind == PSM_OPT_ADAGRAD ? 1 : 2;
   size_t n = psm_params_size (p);
   for (int s = 0; s < o->n_state; s++)
-    o->state[s] = g_new0 (float, MAX (n, 1));
+    o->state[s] = psm_xmalloc0 (MAX (n, 1) * sizeof (float), "optimiser state");
   if (cfg->kind == PSM_OPT_ADAGRAD)
     for (size_t i = 0; i < n; i++)
       o->state[0][i] = (float) cfg->init_accum;
@@ -42,7 +42,7 @@ psm_optim_free (PsmOptim *o)
   if (!o)
     return;
   for (int s = 0; s < o->n_state; s++)
-    g_free (o->state[s]);
+    free (o->state[s]);
   g_free (o);
 }
 

@@ -5,6 +5,9 @@
 #include <stdlib.h>
 #include "psm-private.h"
 
+/* More floats than any machine holds: a saturated (overflowed) count. */
+#define PARAMS_MAX ((size_t) 1 << 50)
+
 typedef struct {
   char *name;
   int ndim;
@@ -57,11 +60,13 @@ psm_params_add (PsmParams *p, const char *name, int ndim, const int *shape, PsmI
   pi.n = 1;
   for (int i = 0; i < ndim; i++) {
     pi.shape[i] = shape[i];
-    pi.n *= shape[i];
+    /* sizes come from pipelines: saturate, and let finalize refuse them */
+    if (shape[i] < 0 || __builtin_mul_overflow (pi.n, (size_t) shape[i], &pi.n) || pi.n > PARAMS_MAX)
+      pi.n = PARAMS_MAX;
   }
   /* Keep every parameter 64-byte aligned (16 floats). */
   pi.offset = p->total;
-  p->total += (pi.n + 15) & ~(size_t) 15;
+  p->total = MIN (p->total + ((pi.n + 15) & ~(size_t) 15), PARAMS_MAX);
   pi.init = init;
   pi.scale = scale;
   g_array_append_val (p->info, pi);
@@ -100,19 +105,50 @@ orthogonal_block (float *w, int rows, int cols, int ld, int col0, PsmRng *rng)
   g_free (q);
 }
 
-void
-psm_params_finalize (PsmParams *p, PsmRng *rng)
+static double
+gib (double bytes)
 {
-  g_return_if_fail (!p->final);
+  return bytes / (1024.0 * 1024 * 1024);
+}
+
+gboolean
+psm_params_finalize (PsmParams *p, PsmRng *rng, GError **error)
+{
+  g_return_val_if_fail (!p->final, FALSE);
+  /* Parameters, gradients and up to two optimiser slots of the same size. */
   size_t bytes = MAX (p->total, 16) * sizeof (float);
-  if (posix_memalign ((void **) &p->data, 64, bytes) || posix_memalign ((void **) &p->grad, 64, bytes))
-    g_error ("psm: out of memory allocating %zu parameters", p->total);
+  guint64 limit = psm_memory_limit ();
+  if (p->total >= PARAMS_MAX || (limit && 4.0 * bytes > (double) limit)) {
+    guint big = 0;
+    for (guint k = 1; k < p->info->len; k++)
+      if (g_array_index (p->info, ParamInfo, k).n > g_array_index (p->info, ParamInfo, big).n)
+        big = k;
+    const ParamInfo *b = p->info->len ? &g_array_index (p->info, ParamInfo, big) : NULL;
+    GString *shape = g_string_new (NULL);
+    for (int i = 0; b && i < b->ndim; i++)
+      g_string_append_printf (shape, "%s%d", i ? " x " : "", b->shape[i]);
+    g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID,
+                 "the model is too big for this machine: %.4g parameters need %.1f GiB with their gradients "
+                 "and optimiser state, and this process may use %.1f GiB (largest: %s, %s); make the "
+                 "model's sizes smaller", (double) p->total, gib (4.0 * bytes), gib ((double) limit),
+                 b ? b->name : "-", shape->str);
+    g_string_free (shape, TRUE);
+    return FALSE;
+  }
+  if (posix_memalign ((void **) &p->data, 64, bytes) || posix_memalign ((void **) &p->grad, 64, bytes)) {
+    free (p->data);
+    p->data = NULL;
+    g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID,
+                 "out of memory allocating %.4g parameters (%.1f GiB); make the model's sizes smaller",
+                 (double) p->total, gib (2.0 * bytes));
+    return FALSE;
+  }
   memset (p->data, 0, bytes);
   memset (p->grad, 0, bytes);
   for (guint k = 0; k < p->info->len; k++) {
     ParamInfo *pi = &g_array_index (p->info, ParamInfo, k);
     float *w = p->data + pi->offset;
-    int rows = pi->ndim >= 2 ? (int) (pi->n / pi->shape[pi->ndim - 1]) : 1;
+    size_t rows = pi->ndim >= 2 ? pi->n / pi->shape[pi->ndim - 1] : 1;
     int cols = pi->shape[pi->ndim - 1];
     switch (pi->init) {
     case PSM_INIT_ZEROS:
@@ -130,18 +166,19 @@ psm_params_finalize (PsmParams *p, PsmRng *rng)
         w[i] = (float) (psm_rng_normal (rng) * pi->scale);
       break;
     case PSM_INIT_XAVIER: {
-      double a = sqrt (6.0 / (rows + cols));
+      double a = sqrt (6.0 / ((double) rows + cols));
       for (size_t i = 0; i < pi->n; i++)
         w[i] = (float) ((2.0 * psm_rng_uniform (rng) - 1.0) * a);
       break;
     }
     case PSM_INIT_ORTHOGONAL:
-      for (int c0 = 0; c0 < cols; c0 += rows)
-        orthogonal_block (w, rows, MIN (rows, cols - c0), cols, c0, rng);
+      for (int c0 = 0; c0 < cols; c0 += (int) rows)
+        orthogonal_block (w, (int) rows, MIN ((int) rows, cols - c0), cols, c0, rng);
       break;
     }
   }
   p->final = TRUE;
+  return TRUE;
 }
 
 PsmTensor *

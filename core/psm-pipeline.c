@@ -11,13 +11,13 @@
 #include "psm/psm-pipeline.h"
 
 static const PsmParamSpec embedding_spec[] = {
-  { "dim", PSM_PARAM_INT, "128", 1, 65536, "token embedding size", NULL },
+  { "dim", PSM_PARAM_INT, "128", 1, 16384, "token embedding size", NULL },
   { "init_scale", PSM_PARAM_FLOAT, "0.1", 0, 10, "embeddings start U(-s, s)", NULL },
   PSM_PARAM_END
 };
 
 static const PsmParamSpec train_spec[] = {
-  { "batch", PSM_PARAM_INT, "32", 1, 100000, "examples per training step", NULL },
+  { "batch", PSM_PARAM_INT, "32", 1, 65536, "examples per training step", NULL },
   { "steps", PSM_PARAM_INT, "1000", 1, PSM_MAX_STEPS, "training steps (updates)", NULL },
   { "seed", PSM_PARAM_INT, "1", 0, 2147483647, "seed of initialisation and batches", NULL },
   { "clip_norm", PSM_PARAM_FLOAT, "0", 0, 1e9, "global gradient-norm clip (0 = off)", NULL },
@@ -41,7 +41,7 @@ static const PsmParamSpec optimizer_spec[] = {
 };
 
 static const PsmParamSpec eval_spec[] = {
-  { "batch", PSM_PARAM_INT, "256", 1, 100000, "examples per evaluation batch", NULL },
+  { "batch", PSM_PARAM_INT, "256", 1, 65536, "examples per evaluation batch", NULL },
   PSM_PARAM_END
 };
 

@@ -117,6 +117,12 @@ static inline float psm_sigmoidf (float x) { return 1.0f / (1.0f + expf (-x)); }
 #define PSM_PACK_VL 8
 #else
 #define PSM_PACK_VL 4
+/* malloc / calloc / 64-byte aligned (free with free()) that call
+ * psm_out_of_memory instead of returning NULL (core/psm-mem.c). */
+void *psm_xmalloc (size_t bytes, const char *what);
+void *psm_xmalloc0 (size_t bytes, const char *what);
+void *psm_xaligned (size_t bytes, const char *what);
+
 /* Model internals used by the training loop (core/psm-model.c). */
 PsmGraph *psm_model_graph (PsmModel *m);
 PsmBatch *psm_model_batch (PsmModel *m);
@@ -141,6 +147,12 @@ gboolean psm_batch_validate (const PsmBatch *b, const PsmTaskInfo *info, int max
 #define PSM_PACK_FAST 1
 #else
 #define PSM_PACK_FAST 0
+/* malloc / calloc / 64-byte aligned (free with free()) that call
+ * psm_out_of_memory instead of returning NULL (core/psm-mem.c). */
+void *psm_xmalloc (size_t bytes, const char *what);
+void *psm_xmalloc0 (size_t bytes, const char *what);
+void *psm_xaligned (size_t bytes, const char *what);
+
 /* Model internals used by the training loop (core/psm-model.c). */
 PsmGraph *psm_model_graph (PsmModel *m);
 PsmBatch *psm_model_batch (PsmModel *m);
@@ -165,6 +177,12 @@ static inline int psm_pack_panels (int n) { return (n + PSM_PACK_NR - 1) / PSM_P
 size_t psm_packed_floats (int K, int n);
 void psm_pack (int K, int n, const float *B, int ldb, gboolean tb, float *out);
 void psm_packed_gemm (int M, int K, int n, const float *A, int lda, const float *Bp, float *C, int ldc);
+
+/* malloc / calloc / 64-byte aligned (free with free()) that call
+ * psm_out_of_memory instead of returning NULL (core/psm-mem.c). */
+void *psm_xmalloc (size_t bytes, const char *what);
+void *psm_xmalloc0 (size_t bytes, const char *what);
+void *psm_xaligned (size_t bytes, const char *what);
 
 /* Model internals used by the training loop (core/psm-model.c). */
 PsmGraph *psm_model_graph (PsmModel *m);

@@ -32,7 +32,7 @@ metrics = ( "error_rate" );
 CFG
 
 expect 0 "--help" "--resume" -- "$run" --help
-expect 0 "--version" "plugin ABI 1.0" -- "$run" --version
+expect 0 "--version" "plugin ABI 1.1" -- "$run" --version
 expect 0 "--list shows plugins and their parameters" "temperature" -- "$run" --list
 grep -q "rarest_word" "$tmp/out" && grep -q "train.optimizer" "$tmp/out" && ok "--list shows tasks and core sections" || bad "--list shows tasks and core sections"
 missing=""
@@ -80,6 +80,27 @@ expect 1 "--resume with another learning rate is refused" "trained with adam lr 
 expect 2 "train.steps = 0 is refused up front" "train.steps: value 0 out of range" -- \
   "$run" "$tmp/tiny.cfg" --set "run.dir=$tmp/zero" --set train.steps=0
 [ ! -e "$tmp/zero" ] && ok "and no run folder is made" || bad "and no run folder is made"
+
+# sizes inside the declared ranges that do not fit: clear errors before anything is allocated
+expect 2 "a model too big for the memory is a config error" "the model is too big for this machine: .* (largest: encoder.w_x, 16384 x 49152)" -- \
+  env PSM_MEMORY_LIMIT=8G "$run" "$tmp/tiny.cfg" --set "run.dir=$tmp/big" --set model.embedding.dim=16384 --set model.encoder.hidden=16384
+[ ! -e "$tmp/big" ] && ok "and no run folder is made" || bad "and no run folder is made"
+expect 2 "the widest sizes are out of range" "model.embedding.dim: value 65536 out of range (expected \[1, 16384\])" -- \
+  "$run" --check "$tmp/tiny.cfg" --set model.embedding.dim=65536 --set model.encoder.hidden=65536
+expect 2 "a step too big for the memory is a config error" "one training step needs at least 107.3 GiB (train.batch 60000" -- \
+  env PSM_MEMORY_LIMIT=1G "$run" --check "$tmp/tiny.cfg" --set task.length=10000 --set train.batch=60000
+expect 2 "evaluation sets too big for the memory" "task.valid_size: 10000000 sequences of 10000 words need 372.5 GiB" -- \
+  env PSM_MEMORY_LIMIT=8G "$run" --mode train "$tmp/tiny.cfg" --set "run.dir=$tmp/big" --set task.length=10000 --set task.valid_size=10000000
+if [ -n "${PSM_TEST_SANITIZED:-}" ]; then
+  echo "ok - # SKIP out-of-memory in a step: ulimit -v and AddressSanitizer's shadow memory exclude each other"
+else
+  # the bound above lets this through (its activations are 4x the bound): the arena runs out mid-step
+  out=$( (ulimit -v 3000000; exec "$run" --mode train "$tmp/tiny.cfg" --set "run.dir=$tmp/oom" --set task.length=1000 \
+          --set train.batch=6000 --set train.steps=2 2>&1); echo "exit $?")
+  printf '%s\n' "$out" > "$tmp/out"
+  grep -q "^exit 1$" "$tmp/out" && grep -q "psm-run: out of memory: cannot allocate .* for a block of a step's tensors" "$tmp/out" \
+    && ok "running out of memory mid-step is exit 1 with a message, not an abort" || bad "running out of memory mid-step is exit 1 with a message"
+fi
 
 # write errors stop the run with exit 1 and leave nothing half-written
 # (no file may grow: output through a pipe; SIGXFSZ ignored so writes fail with EFBIG)

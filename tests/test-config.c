@@ -107,7 +107,7 @@ START_TEST (test_all_errors_at_once)
   const char *n[] = {
     "@:1: task.lenght: unknown key (known keys: vocab, length,",
     "@:1: task.vocab: wrong type (expected an integer)",
-    "@:4: model.encoder.hidden: value 0 out of range (expected [1, 65536])",
+    "@:4: model.encoder.hidden: value 0 out of range (expected [1, 16384])",
     "@:7: train.optimizer.name: unknown value \"rmsprop\" (expected one of sgd|adam|adagrad|adadelta)",
     "@:8: metrics.[1]: no metric plugin named 'bleu9'",
     "@:9: extra: unknown key",

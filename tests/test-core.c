@@ -132,7 +132,7 @@ START_TEST (test_params)
   ck_assert_int_eq (psm_params_find (p, "nope"), -1);
   PsmRng rng;
   psm_rng_seed (&rng, 1);
-  psm_params_finalize (p, &rng);
+  ck_assert (psm_params_finalize (p, &rng, NULL));
   ck_assert_uint_eq (psm_params_offset (p, a) % 16, 0);
   ck_assert_uint_eq (psm_params_offset (p, b) % 16, 0);
   float *w = psm_params_data (p) + psm_params_offset (p, a);
@@ -181,7 +181,7 @@ two_steps (PsmOptConfig *c, double *w1, double *w2)
   psm_params_add (p, "w", 1, &n, PSM_INIT_CONST, 1.0f);
   PsmRng rng;
   psm_rng_seed (&rng, 1);
-  psm_params_finalize (p, &rng);
+  ck_assert (psm_params_finalize (p, &rng, NULL));
   PsmOptim *o = psm_optim_new (c, p);
   float *g = psm_params_grad (p);
   for (int i = 0; i < OPT_N; i++)
@@ -234,7 +234,7 @@ START_TEST (test_optimisers)
   psm_params_add (p, "w", 1, &one, PSM_INIT_ZEROS, 0);
   PsmRng rng;
   psm_rng_seed (&rng, 1);
-  psm_params_finalize (p, &rng);
+  ck_assert (psm_params_finalize (p, &rng, NULL));
   PsmOptim *o = psm_optim_new (&sch, p);
   ck_assert (psm_optim_lr (o, 49) == 2.0 && psm_optim_lr (o, 50) == 1.0);
   ck_assert (psm_optim_lr (o, 59) == 1.0 && psm_optim_lr (o, 60) == 0.5 && psm_optim_lr (o, 75) == 0.25);
@@ -252,7 +252,7 @@ model (int rows, const char *name, guint64 seed)
   psm_params_add (p, "b", 1, &s[1], PSM_INIT_NORMAL, 1.0f);
   PsmRng rng;
   psm_rng_seed (&rng, seed);
-  psm_params_finalize (p, &rng);
+  ck_assert (psm_params_finalize (p, &rng, NULL));
   return p;
 }
 

@@ -44,7 +44,7 @@ START_TEST (test_gru_encoder)
   ck_assert_int_eq (psm_params_count (f.params), 4);
   PsmRng rng;
   psm_rng_seed (&rng, 3);
-  psm_params_finalize (f.params, &rng);
+  ck_assert (psm_params_finalize (f.params, &rng, NULL));
   psm_test_fill (psm_params_data (f.params), psm_params_size (f.params), 0.6f, &rng);
   psm_test_fill (f.emb, T * B * E, 1.0f, &rng);
   for (int t = 0; t < T; t++)

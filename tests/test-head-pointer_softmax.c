@@ -39,7 +39,7 @@ setup (Fix *f, const char *location)
   ck_assert_msg (f->head, "create: %s", e ? e->message : "?");
   PsmRng rng;
   psm_rng_seed (&rng, 11);
-  psm_params_finalize (f->params, &rng);
+  ck_assert (psm_params_finalize (f->params, &rng, NULL));
   /* move every parameter off its init so no gradient is trivially zero */
   psm_test_fill (psm_params_data (f->params), psm_params_size (f->params), 0.5f, &rng);
   psm_test_fill (f->state, B * HS, 1.0f, &rng);

@@ -42,7 +42,7 @@ run (const char *text)
   ck_assert (f.head);
   PsmRng rng;
   psm_rng_seed (&rng, 5);
-  psm_params_finalize (f.params, &rng);
+  ck_assert (psm_params_finalize (f.params, &rng, NULL));
   psm_test_fill (psm_params_data (f.params), psm_params_size (f.params), 0.5f, &rng);
   psm_test_fill (f.state, TY * B * H, 1.0f, &rng);
   psm_batch_init (&f.batch);
@@ -87,7 +87,7 @@ START_TEST (test_bad_config)
   const PsmPluginDesc *d = psm_test_plugin (PSM_KIND_HEAD, "softmax");
   char *errs = NULL;
   ck_assert (!psm_test_section ("plugin = \"softmax\";\n  hidden = -1;\n  hiden = 3;", "model.head", d->params, &errs));
-  ck_assert_msg (strstr (errs, "inline.cfg:3: model.head.hidden: value -1 out of range (expected [0, 65536])"), "%s", errs);
+  ck_assert_msg (strstr (errs, "inline.cfg:3: model.head.hidden: value -1 out of range (expected [0, 16384])"), "%s", errs);
   ck_assert_msg (strstr (errs, "inline.cfg:4: model.head.hiden: unknown key (known keys: hidden, plugin)"), "%s", errs);
   g_free (errs);
 }

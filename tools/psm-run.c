@@ -75,6 +75,20 @@ do_list (void)
   return rc;
 }
 
+/* An allocation in the middle of a step failed (sizes were checked before
+ * the run against what the process may use; this is what they missed).
+ * Checkpoints and logs are written atomically or flushed per record, so
+ * stopping here loses nothing but the step. */
+static void
+out_of_memory (size_t bytes, const char *what)
+{
+  fflush (stdout);
+  fprintf (stderr, "\npsm-run: out of memory: cannot allocate %.1f MiB for %s; a step of this pipeline "
+           "needs more memory than this process may use: lower train.batch or eval.batch, or the model's "
+           "sizes (checkpoints already written are intact)\n", bytes / (1024.0 * 1024), what);
+  _exit (1);
+}
+
 static int
 fail (GError *e)
 {
@@ -91,6 +105,7 @@ main (int argc, char **argv)
 {
   setlocale (LC_ALL, "");
   setlocale (LC_NUMERIC, "C");
+  psm_set_oom_handler (out_of_memory);
   GError *e = NULL;
   GOptionContext *ctx = g_option_context_new ("PIPELINE.cfg — train, evaluate and decode a psm pipeline");
   g_option_context_add_main_entries (ctx, entries, NULL);

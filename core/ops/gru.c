@@ -11,6 +11,7 @@
  * Saved per step: r, z, n, G_n ([B, 4H]). Rows with mask 0 carry h' = h. */
 #include "config.h"
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <omp.h>
 #include "psm-private.h"
@@ -164,12 +165,12 @@ gru_seq_forward_packed (int T, int B, int H, const float *xp, const float *h0, c
                         const float *bh, const float *mask, float *out, float *sv)
 {
   int ldg = psm_pack_panels (3 * H) * PSM_PACK_NR;
-  float *wp = g_aligned_alloc (psm_packed_floats (H, 3 * H), sizeof (float), 64);
+  float *wp = psm_xaligned (psm_packed_floats (H, 3 * H) * sizeof (float), "packed GRU weights");
 #pragma omp parallel num_threads (packed_threads (B))
   {
     int b0, b1;
     row_split (B, omp_get_num_threads (), omp_get_thread_num (), &b0, &b1);
-    float *G = g_aligned_alloc ((size_t) MAX (b1 - b0, 1) * ldg, sizeof (float), 64);
+    float *G = psm_xaligned ((size_t) MAX (b1 - b0, 1) * ldg * sizeof (float), "GRU scratch");
     pack_shared (H, 3 * H, w, 3 * H, FALSE, wp);
     for (int t = 0; t < T && b1 > b0; t++) {
       const float *hp = t ? out + (size_t) (t - 1) * B * H : h0;
@@ -184,9 +185,9 @@ gru_seq_forward_packed (int T, int B, int H, const float *xp, const float *h0, c
                            hp + (size_t) b * H, s, ho);
       }
     }
-    g_aligned_free (G);
+    free (G);
   }
-  g_aligned_free (wp);
+  free (wp);
 }
 
 /* Fills dG [T, B, 3H], adds to dxp (may be NULL) and leaves dL/dh0 in
@@ -197,13 +198,13 @@ gru_seq_backward_packed (int T, int B, int H, const float *dout, const float *ou
                          float *dG, float *dxp, float *carry)
 {
   int ldc = psm_pack_panels (H) * PSM_PACK_NR;
-  float *wp = g_aligned_alloc (psm_packed_floats (3 * H, H), sizeof (float), 64);
+  float *wp = psm_xaligned (psm_packed_floats (3 * H, H) * sizeof (float), "packed GRU weights");
 #pragma omp parallel num_threads (packed_threads (B))
   {
     int b0, b1;
     row_split (B, omp_get_num_threads (), omp_get_thread_num (), &b0, &b1);
-    float *C = g_aligned_alloc ((size_t) MAX (b1 - b0, 1) * ldc, sizeof (float), 64);
-    float *d = g_new (float, H);
+    float *C = psm_xaligned ((size_t) MAX (b1 - b0, 1) * ldc * sizeof (float), "GRU scratch");
+    float *d = psm_xmalloc ((size_t) H * sizeof (float), "GRU scratch");
     pack_shared (3 * H, H, w, 3 * H, TRUE, wp);   /* op(W) = W^T [3H, H] */
     for (int t = T - 1; t >= 0 && b1 > b0; t--) {
       const float *hp = t ? out + (size_t) (t - 1) * B * H : h0;
@@ -227,10 +228,10 @@ gru_seq_backward_packed (int T, int B, int H, const float *dout, const float *ou
           cr[j] += cb[j];
       }
     }
-    g_free (d);
-    g_aligned_free (C);
+    free (d);
+    free (C);
   }
-  g_aligned_free (wp);
+  free (wp);
 }
 
 PsmTensor *
@@ -258,7 +259,7 @@ psm_gru_cell_backward (PsmNode *n)
 {
   PsmTensor *xp = n->in[0], *h = n->in[1], *w = n->in[2], *bh = n->in[3], *out = n->out;
   int B = psm_tensor_rows (h), H = psm_tensor_cols (h);
-  float *dG = g_malloc ((size_t) B * 3 * H * sizeof (float));
+  float *dG = psm_xmalloc ((size_t) B * 3 * H * sizeof (float), "GRU gradients");
   gru_step_backward (B, H, out->grad, h->data, n->saved, n->aux[0], dG,
                      xp->grad, h->grad);
   if (h->grad)
@@ -267,7 +268,7 @@ psm_gru_cell_backward (PsmNode *n)
     psm_gemm (TRUE, FALSE, H, 3 * H, B, 1.0f, h->data, H, dG, 3 * H, 1.0f, w->grad, 3 * H);
   if (bh->grad)
     psm_colsum_add (B, 3 * H, dG, bh->grad);
-  g_free (dG);
+  free (dG);
 }
 
 typedef struct {
@@ -313,13 +314,13 @@ psm_gru_seq_backward (PsmNode *n)
   GruSeqSaved *s = n->saved;
   int T = xp->shape[0], B = xp->shape[1], H = psm_tensor_cols (h0);
   size_t BH = (size_t) B * H;
-  float *dG = g_malloc ((size_t) T * B * 3 * H * sizeof (float));
-  float *carry = g_malloc0 (BH * sizeof (float));   /* dL/dh_{t} from step t+1 */
+  float *dG = psm_xmalloc ((size_t) T * B * 3 * H * sizeof (float), "GRU gradients");
+  float *carry = psm_xmalloc0 (BH * sizeof (float), "GRU gradients");   /* dL/dh_{t} from step t+1 */
   if (psm_gru_packed)
     gru_seq_backward_packed (T, B, H, out->grad, out->data, h0->data, w->data, s->sv, s->mask,
                              dG, xp->grad, carry);
   else {
-    float *dh = g_malloc (BH * sizeof (float));
+    float *dh = psm_xmalloc (BH * sizeof (float), "GRU gradients");
     for (int t = T - 1; t >= 0; t--) {
       const float *hp = t ? out->data + (size_t) (t - 1) * BH : h0->data;
       for (size_t i = 0; i < BH; i++)
@@ -331,7 +332,7 @@ psm_gru_seq_backward (PsmNode *n)
                          xp->grad ? xp->grad + (size_t) t * B * 3 * H : NULL, carry);
       psm_gemm (FALSE, TRUE, B, H, 3 * H, 1.0f, dGt, 3 * H, w->data, 3 * H, 1.0f, carry, H);
     }
-    g_free (dh);
+    free (dh);
   }
   if (h0->grad)
     for (size_t i = 0; i < BH; i++)
@@ -346,6 +347,6 @@ psm_gru_seq_backward (PsmNode *n)
   }
   if (bh->grad)
     psm_colsum_add (T * B, 3 * H, dG, bh->grad);
-  g_free (dG);
-  g_free (carry);
+  free (dG);
+  free (carry);
 }

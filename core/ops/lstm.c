@@ -11,6 +11,7 @@
  * Rows with mask 0 carry (h, c) unchanged. */
 #include "config.h"
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include "psm-private.h"
 #include "fastmath.h"
@@ -69,7 +70,7 @@ psm_lstm_cell_backward (PsmNode *n)
   const float *mask = n->aux[0], *sv = n->saved;
   int B = psm_tensor_rows (h), H = psm_tensor_cols (h);
   const float *dho = out->grad, *dco = out->grad + (size_t) B * H;
-  float *dG = g_malloc0 ((size_t) B * 4 * H * sizeof (float));
+  float *dG = psm_xmalloc0 ((size_t) B * 4 * H * sizeof (float), "LSTM gradients");
   for (int b = 0; b < B; b++) {
     const float *dh = dho + (size_t) b * H, *dc = dco + (size_t) b * H;
     if (mask && mask[b] == 0.0f) {
@@ -101,5 +102,5 @@ psm_lstm_cell_backward (PsmNode *n)
     psm_gemm (FALSE, TRUE, B, H, 4 * H, 1.0f, dG, 4 * H, w->data, 4 * H, 1.0f, h->grad, H);
   if (w->grad)
     psm_gemm (TRUE, FALSE, H, 4 * H, B, 1.0f, h->data, H, dG, 4 * H, 1.0f, w->grad, 4 * H);
-  g_free (dG);
+  free (dG);
 }

@@ -11,8 +11,12 @@
 #include "psm-config.h"
 G_BEGIN_DECLS
 
+/* History. 1.0: first release. 1.1: psm_memory_limit(), psm_optim_config()
+ * and PSM_PLUGIN_ERROR_CLASS added; the loader refuses classes with NULL
+ * required hooks and malformed parameter tables (plugins built for 1.0 that
+ * pass those checks still load). */
 #define PSM_ABI_MAJOR 1
-#define PSM_ABI_MINOR 0
+#define PSM_ABI_MINOR 1
 #define PSM_PLUGIN_ENTRY_SYMBOL "psm_plugin_entry"
 
 typedef enum {

@@ -69,6 +69,18 @@ PsmTensor *psm_tensor_reshape (PsmGraph *g, PsmTensor *x, int ndim, const int *s
 int psm_tensor_rows (const PsmTensor *t);   /* n / last dim */
 int psm_tensor_cols (const PsmTensor *t);   /* last dim */
 
+/* Memory. psm_memory_limit: the bytes this process may use — physical
+ * memory, or less under `ulimit -v`, or $PSM_MEMORY_LIMIT ("16G", "512M")
+ * when set; 0 if unknown. Sizes that come from a pipeline are checked
+ * against it before anything is allocated. An allocation the core cannot
+ * recover from (an arena block in the middle of a step) calls the handler
+ * set here, which must not return (psm-run's prints a message and exits with
+ * status 1); without one, psm aborts. */
+guint64 psm_memory_limit (void);
+typedef void (*PsmOomHandler) (size_t bytes, const char *what);
+void psm_set_oom_handler (PsmOomHandler handler);
+G_NORETURN void psm_out_of_memory (size_t bytes, const char *what);
+
 /* Reverse pass from a scalar: d loss = 1, then every node in reverse order. */
 void psm_backward (PsmGraph *g, PsmTensor *loss);
 

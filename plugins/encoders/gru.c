@@ -11,7 +11,7 @@ typedef struct {
 } Gru;
 
 static const PsmParamSpec params[] = {
-  { "hidden", PSM_PARAM_INT, "256", 1, 65536, "hidden units H", NULL },
+  { "hidden", PSM_PARAM_INT, "256", 1, 16384, "hidden units H", NULL },
   PSM_PARAM_END
 };
 

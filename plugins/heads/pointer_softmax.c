@@ -33,11 +33,11 @@ typedef struct {
 } PointerSoftmax;
 
 static const PsmParamSpec params[] = {
-  { "hidden", PSM_PARAM_INT, "256", 1, 65536, "shortlist latent layer u_w", NULL },
+  { "hidden", PSM_PARAM_INT, "256", 1, 16384, "shortlist latent layer u_w", NULL },
   { "location", PSM_PARAM_CHOICE, "pointer", PSM_NO_RANGE,
     "location softmax: pointer network over annotations, or from the summary c only (§5.1)", "pointer|summary" },
-  { "attn_dim", PSM_PARAM_INT, "256", 1, 65536, "location latent layer (pointer scores or u_l)", NULL },
-  { "switch_hidden", PSM_PARAM_INT, "128", 1, 65536, "switch MLP hidden layer", NULL },
+  { "attn_dim", PSM_PARAM_INT, "256", 1, 16384, "location latent layer (pointer scores or u_l)", NULL },
+  { "switch_hidden", PSM_PARAM_INT, "128", 1, 16384, "switch MLP hidden layer", NULL },
   { "temperature", PSM_PARAM_FLOAT, "2", 0.01, 100, "inverse temperature k of d = s(k x) (paper: 2)", NULL },
   { "switch_bias", PSM_PARAM_FLOAT, "-1", -100, 100, "initial bias of the switch output (paper: -1)", NULL },
   PSM_PARAM_END

@@ -10,7 +10,7 @@ typedef struct {
 } Softmax;
 
 static const PsmParamSpec params[] = {
-  { "hidden", PSM_PARAM_INT, "0", 0, 65536, "tanh layer before the softmax (0 = none)", NULL },
+  { "hidden", PSM_PARAM_INT, "0", 0, 16384, "tanh layer before the softmax (0 = none)", NULL },
   PSM_PARAM_END
 };
 

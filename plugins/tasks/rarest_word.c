@@ -63,6 +63,8 @@ generate (const RarestWord *t, PsmRng *rng, int32_t *seq)
     seq[i] = sample_word (t, rng);
 }
 
+static void rw_destroy (void *self);
+
 static void *
 rw_create (const PsmSection *cfg, const PsmTaskCtx *ctx, GError **error)
 {
@@ -95,10 +97,20 @@ rw_create (const PsmSection *cfg, const PsmTaskCtx *ctx, GError **error)
     t->text[k + 1] = g_strdup_printf ("w%d", k);
   const char *sizes[3] = { NULL, "valid_size", "test_size" };
   const char *seeds[3] = { NULL, "valid_seed", "test_seed" };
+  guint64 limit = psm_memory_limit ();
   for (int s2 = 1; s2 < 3; s2++) {
     int n = (int) psm_section_int (cfg, sizes[s2]);
     if (ctx->check)
       n = MIN (n, 64);
+    guint64 bytes = (guint64) n * t->L * sizeof (int32_t);
+    if (limit && bytes > limit / 2) {
+      g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID,
+                   "%s: %d sequences of %d words need %.1f GiB, more than half the memory this process may "
+                   "use (%.1f GiB)", psm_section_where (cfg, sizes[s2]), n, t->L,
+                   bytes / (1024.0 * 1024 * 1024), limit / (1024.0 * 1024 * 1024));
+      rw_destroy (t);
+      return NULL;
+    }
     PsmRng rng;
     psm_rng_seed (&rng, (guint64) psm_section_int (cfg, seeds[s2]));
     t->n_eval[s2] = n;
