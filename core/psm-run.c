@@ -185,7 +185,7 @@ psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error)
       printf ("nothing to train: %s is at step %ld and train.steps is %ld (raise train.steps to go on)\n",
               last, meta.step, steps);
     ok = TRUE;
-    goto out;
+    goto out_timer;
   }
   if (!opt->quiet)
     printf ("training %s: %ld steps of %d examples, %zu parameters, run folder %s\n",

@@ -82,10 +82,14 @@ psm_test_run (Suite *s)
   return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 
+/* Sections point into their config: both stay reachable here until exit
+ * (so LeakSanitizer does not report them). */
+static GPtrArray *kept;
+
 const PsmSection *
 psm_test_section (const char *text, const char *path, const PsmParamSpec *spec, char **errors)
 {
-  config_t *cfg = g_new0 (config_t, 1);   /* kept: sections point into it */
+  config_t *cfg = g_new0 (config_t, 1);
   config_init (cfg);
   char *full = g_strdup_printf ("s = {\n%s\n};\n", text);
   ck_assert_msg (config_read_string (cfg, full), "inline config does not parse: %s (line %d)",
@@ -100,10 +104,17 @@ psm_test_section (const char *text, const char *path, const PsmParamSpec *spec, 
     if (errors)
       *errors = g_strjoinv ("\n", (char **) errs->pdata);
     g_ptr_array_unref (errs);
+    config_destroy (cfg);
+    g_free (cfg);
     return NULL;
   }
   g_ptr_array_unref (errs);
-  return psm_section_new (spec, grp, path, "inline.cfg");
+  if (!kept)
+    kept = g_ptr_array_new ();
+  PsmSection *sec = psm_section_new (spec, grp, path, "inline.cfg");
+  g_ptr_array_add (kept, cfg);
+  g_ptr_array_add (kept, sec);
+  return sec;
 }
 
 const PsmPluginDesc *

@@ -268,7 +268,9 @@ START_TEST (test_checkpoint)
   PsmCheckpointMeta meta = { 123, { { 1, 2, 3, 4 } }, 17.5 };
   GError *e = NULL;
   ck_assert_msg (psm_checkpoint_save (path, p, o, TRUE, &meta, &e), "%s", e ? e->message : "");
-  ck_assert (!g_file_test (g_strdup_printf ("%s.tmp.%d", path, (int) getpid ()), G_FILE_TEST_EXISTS));
+  char *tmp = g_strdup_printf ("%s.tmp.%d", path, (int) getpid ());
+  ck_assert (!g_file_test (tmp, G_FILE_TEST_EXISTS));
+  g_free (tmp);
 
   /* round trip into a differently initialised model */
   PsmParams *q = model (5, "w", 2);
@@ -329,6 +331,7 @@ START_TEST (test_checkpoint)
     ck_assert_msg (strstr (e->message, "cannot write checkpoint"), "%s", e->message);
     g_clear_error (&e);
   }
+  g_free (buf);
   ck_assert (g_file_get_contents (path, &buf, &len, NULL));
   ck_assert (psm_checkpoint_load (path, q, NULL, NULL, &e));
   g_free (buf);
