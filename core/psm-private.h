@@ -117,27 +117,6 @@ static inline float psm_sigmoidf (float x) { return 1.0f / (1.0f + expf (-x)); }
 #define PSM_PACK_VL 8
 #else
 #define PSM_PACK_VL 4
-/* malloc / calloc / 64-byte aligned (free with free()) that call
- * psm_out_of_memory instead of returning NULL (core/psm-mem.c). */
-void *psm_xmalloc (size_t bytes, const char *what);
-void *psm_xmalloc0 (size_t bytes, const char *what);
-void *psm_xaligned (size_t bytes, const char *what);
-
-/* Model internals used by the training loop (core/psm-model.c). */
-PsmGraph *psm_model_graph (PsmModel *m);
-PsmBatch *psm_model_batch (PsmModel *m);
-PsmPipeline *psm_model_pipeline (PsmModel *m);
-/* The task's next training batch of B into psm_model_batch (m), validated. */
-gboolean psm_model_train_batch (PsmModel *m, int B, PsmRng *rng, GError **error);
-
-/* What the core accepts from a task plugin (core/psm-batch.c): the sizes it
- * declares, and every batch it returns (ids inside the vocabularies, lengths
- * within its maxima, masks 0/1, pointer locations on real tokens). Errors
- * name the task plugin (PSM_RUN_ERROR_FAILED). */
-gboolean psm_task_info_validate (const PsmTaskInfo *info, const char *task, GError **error);
-gboolean psm_batch_validate (const PsmBatch *b, const PsmTaskInfo *info, int max_B, const char *task,
-                             GError **error);
-
 #endif
 #define PSM_PACK_NR (2 * PSM_PACK_VL)
 /* Whether it beats BLAS: where the build targets vector FMA (e.g.
@@ -147,27 +126,6 @@ gboolean psm_batch_validate (const PsmBatch *b, const PsmTaskInfo *info, int max
 #define PSM_PACK_FAST 1
 #else
 #define PSM_PACK_FAST 0
-/* malloc / calloc / 64-byte aligned (free with free()) that call
- * psm_out_of_memory instead of returning NULL (core/psm-mem.c). */
-void *psm_xmalloc (size_t bytes, const char *what);
-void *psm_xmalloc0 (size_t bytes, const char *what);
-void *psm_xaligned (size_t bytes, const char *what);
-
-/* Model internals used by the training loop (core/psm-model.c). */
-PsmGraph *psm_model_graph (PsmModel *m);
-PsmBatch *psm_model_batch (PsmModel *m);
-PsmPipeline *psm_model_pipeline (PsmModel *m);
-/* The task's next training batch of B into psm_model_batch (m), validated. */
-gboolean psm_model_train_batch (PsmModel *m, int B, PsmRng *rng, GError **error);
-
-/* What the core accepts from a task plugin (core/psm-batch.c): the sizes it
- * declares, and every batch it returns (ids inside the vocabularies, lengths
- * within its maxima, masks 0/1, pointer locations on real tokens). Errors
- * name the task plugin (PSM_RUN_ERROR_FAILED). */
-gboolean psm_task_info_validate (const PsmTaskInfo *info, const char *task, GError **error);
-gboolean psm_batch_validate (const PsmBatch *b, const PsmTaskInfo *info, int max_B, const char *task,
-                             GError **error);
-
 #endif
 /* psm_gru_seq runs on packed weights when set (default PSM_PACK_FAST),
  * else on one psm_gemm per step; tests set it both ways. */
