@@ -29,6 +29,7 @@ const PsmOpInfo psm_op_table[PSM_OP_COUNT] = {
   [PSM_OP_GRU_SEQ] = { "gru_seq", psm_gru_seq_backward },
   [PSM_OP_LSTM_CELL] = { "lstm_cell", psm_lstm_cell_backward },
   [PSM_OP_ATTEND] = { "attend", psm_attend_backward },
+  [PSM_OP_ADDITIVE_ATTENTION] = { "additive_attention", psm_additive_attention_backward },
 };
 
 /* tests/test-graph.c checks that every row has a name and a backward, so an

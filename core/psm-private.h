@@ -33,10 +33,11 @@ typedef enum {
   PSM_OP_GRU_SEQ,
   PSM_OP_LSTM_CELL,
   PSM_OP_ATTEND,
+  PSM_OP_ADDITIVE_ATTENTION,
   PSM_OP_COUNT
 } PsmOpKind;
 
-#define PSM_NODE_MAX_IN 5
+#define PSM_NODE_MAX_IN 6
 
 typedef struct PsmNode PsmNode;
 struct PsmNode {
@@ -94,6 +95,7 @@ PSM_DECLARE_BACKWARD (gru_cell);
 PSM_DECLARE_BACKWARD (gru_seq);
 PSM_DECLARE_BACKWARD (lstm_cell);
 PSM_DECLARE_BACKWARD (attend);
+PSM_DECLARE_BACKWARD (additive_attention);
 
 /* GEMM wrapper: C[M,N] = alpha op(A) op(B) + beta C, row-major. */
 void psm_gemm (gboolean ta, gboolean tb, int M, int N, int K, float alpha,

@@ -14,8 +14,8 @@
 #define RTOL 2e-2
 
 typedef struct {
-  float *x[5], *gx[5];
-  int shape[5][3], nd[5];
+  float *x[6], *gx[6];
+  int shape[6][3], nd[6];
   int which;
   int32_t ids[64];
   float mask[256], z[64], w[64];
@@ -50,7 +50,7 @@ n_of (Case *c, int k)
 static void
 free_case (Case *c)
 {
-  for (int k = 0; k < 5; k++) {
+  for (int k = 0; k < 6; k++) {
     g_free (c->x[k]);
     g_free (c->gx[k]);
   }
@@ -726,6 +726,90 @@ START_TEST (test_layout_forward)
 }
 END_TEST
 
+/* ---- fused additive attention: inputs keys [T,B,A], query [B,A], v [A],
+ * w_c [A], coverage [B,T], values [T,B,H]; c->which = 1 uses coverage ---- */
+#define AT 6
+#define AB 4
+#define AA 5
+#define AH 3
+
+static PsmTensor *
+f_addattn (PsmGraph *g, void *ud)
+{
+  Case *c = ud;
+  PsmTensor *a, *ctx;
+  psm_additive_attention (g, in (g, c, 0), in (g, c, 1), in (g, c, 2), c->which ? in (g, c, 3) : NULL,
+                          c->which ? in (g, c, 4) : NULL, in (g, c, 5), c->mask, &a, &ctx);
+  return psm_add (g, psm_test_project (g, a), psm_test_project (g, ctx));
+}
+
+/* The same from unfused ops, the forward's oracle. */
+static void
+addattn_reference (PsmGraph *g, Case *c, PsmTensor **a, PsmTensor **ctx)
+{
+  PsmTensor *pre = psm_add (g, in (g, c, 0), in (g, c, 1));        /* query tiled over T */
+  if (c->which) {
+    int tb1[3] = { AT, AB, 1 }, one_a[2] = { 1, AA };
+    PsmTensor *cov_tb = psm_transpose01 (g, in (g, c, 4));   /* [B, T] -> [T, B] */
+    PsmTensor *outer = psm_matmul (g, psm_tensor_reshape (g, cov_tb, 3, tb1),
+                                   psm_tensor_reshape (g, in (g, c, 3), 2, one_a), FALSE, FALSE);
+    pre = psm_add (g, pre, outer);
+  }
+  int a1[2] = { AA, 1 }, tb[2] = { AT, AB };
+  PsmTensor *e = psm_matmul (g, psm_tanh (g, pre), psm_tensor_reshape (g, in (g, c, 2), 2, a1), FALSE, FALSE);
+  PsmTensor *ebt = psm_transpose01 (g, psm_tensor_reshape (g, e, 2, tb));
+  float mbt[AB * AT];
+  for (int t = 0; t < AT; t++)
+    for (int b = 0; b < AB; b++)
+      mbt[b * AT + t] = c->mask[t * AB + b];
+  *a = psm_masked_softmax (g, ebt, mbt);
+  *ctx = psm_attend (g, *a, in (g, c, 5));
+}
+
+START_TEST (test_additive_attention)
+{
+  PsmRng rng;
+  psm_rng_seed (&rng, 13);
+  for (int cov = 0; cov < 2; cov++) {
+    Case c = { 0 };
+    c.which = cov;
+    alloc_in (&c, 0, 3, AT, AB, AA, &rng, 1.0f);
+    alloc_in (&c, 1, 2, AB, AA, 0, &rng, 1.0f);
+    alloc_in (&c, 2, 1, AA, 0, 0, &rng, 1.0f);
+    alloc_in (&c, 3, 1, AA, 0, 0, &rng, 1.0f);
+    alloc_in (&c, 4, 2, AB, AT, 0, &rng, 1.0f);
+    alloc_in (&c, 5, 3, AT, AB, AH, &rng, 1.0f);
+    /* example 1 is shorter, example 3 is all padding */
+    for (int t = 0; t < AT; t++)
+      for (int b = 0; b < AB; b++)
+        c.mask[t * AB + b] = (b == 1 && t >= 4) || b == 3 ? 0.0f : 1.0f;
+    PsmGraph *g = psm_graph_new ();
+    psm_graph_set_grad (g, FALSE);
+    PsmTensor *a, *ctx, *ra, *rctx;
+    psm_additive_attention (g, in (g, &c, 0), in (g, &c, 1), in (g, &c, 2), cov ? in (g, &c, 3) : NULL,
+                            cov ? in (g, &c, 4) : NULL, in (g, &c, 5), c.mask, &a, &ctx);
+    addattn_reference (g, &c, &ra, &rctx);
+    for (int i = 0; i < AB * AT; i++)
+      ck_assert_msg (fabsf (a->data[i] - ra->data[i]) <= 1e-5f, "attention %d: %g vs %g", i, a->data[i], ra->data[i]);
+    for (int i = 0; i < AB * AH; i++)
+      ck_assert_msg (fabsf (ctx->data[i] - rctx->data[i]) <= 1e-5f, "context %d: %g vs %g", i, ctx->data[i], rctx->data[i]);
+    for (int t = 0; t < AT; t++)
+      ck_assert (a->data[3 * AT + t] == 0.0f && (t < 4 || a->data[1 * AT + t] == 0.0f));
+    for (int j = 0; j < AH; j++)
+      ck_assert (ctx->data[3 * AH + j] == 0.0f && isfinite (ctx->data[j]));
+    psm_graph_free (g);
+    for (int k = 0; k < 6; k++) {
+      if (!cov && (k == 3 || k == 4))
+        continue;   /* no coverage: w_c and coverage are not inputs */
+      char *what = g_strdup_printf ("additive_attention%s input %d", cov ? " (coverage)" : "", k);
+      psm_test_gradcheck (what, f_addattn, &c, c.x[k], c.gx[k], n_of (&c, k), 1e-2f, ATOL, RTOL, 300);
+      g_free (what);
+    }
+    free_case (&c);
+  }
+}
+END_TEST
+
 START_TEST (test_op_table)
 {
   for (int i = 0; i < PSM_OP_COUNT; i++) {
@@ -756,6 +840,7 @@ main (int argc, char **argv)
   tcase_add_test (tc, test_gemm_thread_limit);
   tcase_add_test (tc, test_colsum);
   tcase_add_test (tc, test_lstm);
+  tcase_add_test (tc, test_additive_attention);
   suite_add_tcase (s, tc);
   return psm_test_run (s);
 }

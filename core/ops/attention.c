@@ -3,8 +3,10 @@
  *   da[b, t] += dctx[b] . v[t, b]           dv[t, b] += a[b, t] dctx[b] */
 #include "config.h"
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include "psm-private.h"
+#include "fastmath.h"
 
 PsmTensor *
 psm_attend (PsmGraph *g, PsmTensor *a, PsmTensor *v)
@@ -51,4 +53,188 @@ psm_attend_backward (PsmNode *n)
           dv[j] += w * dy[j];
       }
     }
+}
+
+/* ---- Fused additive attention (Bahdanau et al.; See et al. with coverage).
+ *
+ * Forward, for each example b and source position i with mask[i, b] = 1:
+ *   z[i, b] = tanh(K[i, b] + q[b] + w_c cov[b, i])         (K = W_h h_i once
+ *   e[b, i] = v . z[i, b]                                    per article, q =
+ *   a[b]    = softmax over the unmasked i of e[b]            W_s s_t + b_attn)
+ *   c[b]    = sum_i a[b, i] h[i, b]
+ * Masked positions get a = 0; a row with no real position gets a = 0, c = 0.
+ * Backward, given da (the attention's own gradient) and dc:
+ *   da'[b, i] = da[b, i] + dc[b] . h[i, b]
+ *   de[b, i]  = a[b, i] (da'[b, i] - sum_j a[b, j] da'[b, j])
+ *   dpre      = de[b, i] v (1 - z^2)        (z recomputed: nothing [T, B, A]
+ *   dK[i, b] += dpre    dq[b] += dpre        is kept between the passes)
+ *   dv += de z   dw_c += dpre cov[b, i]   dcov[b, i] += dpre . w_c
+ *   dh[i, b] += a[b, i] dc[b]
+ * Each pass reads the annotations once per step. Rows run in parallel; dv and
+ * dw_c are summed per row and then over rows in order, so the result does not
+ * depend on the thread count. Output: one flat tensor holding a [B, T] then
+ * c [B, H]; psm_additive_attention hands back both as views. */
+
+typedef struct {
+  float *mask;   /* [T, B] copy, or NULL */
+} AddAttnSaved;
+
+#define AA_PAR(B, T, A) ((long) (B) * (T) * (A) >= 32768)
+
+PsmTensor *
+psm_additive_attention (PsmGraph *g, PsmTensor *keys, PsmTensor *query, PsmTensor *v, PsmTensor *w_c,
+                        PsmTensor *coverage, PsmTensor *values, const float *mask, PsmTensor **attn,
+                        PsmTensor **context)
+{
+  g_return_val_if_fail (keys && keys->ndim == 3 && values && values->ndim == 3, NULL);
+  int T = keys->shape[0], B = keys->shape[1], A = keys->shape[2], H = values->shape[2];
+  g_return_val_if_fail (values->shape[0] == T && values->shape[1] == B, NULL);
+  g_return_val_if_fail (query && psm_tensor_rows (query) == B && psm_tensor_cols (query) == A, NULL);
+  g_return_val_if_fail (v && (int) v->n == A, NULL);
+  g_return_val_if_fail ((w_c == NULL) == (coverage == NULL), NULL);
+  g_return_val_if_fail (!w_c || ((int) w_c->n == A && psm_tensor_rows (coverage) == B &&
+                                  psm_tensor_cols (coverage) == T), NULL);
+  PsmTensor *in[6] = { keys, query, v, w_c, coverage, values };
+  int n = B * T + B * H;
+  PsmTensor *out = psm_op_out (g, 1, &n, 6, in);
+  float *a = out->data, *ctx = out->data + (size_t) B * T;
+  const float *Kd = keys->data, *qd = query->data, *vd = v->data, *hd = values->data;
+  const float *wc = w_c ? w_c->data : NULL, *cov = coverage ? coverage->data : NULL;
+#pragma omp parallel for if (AA_PAR (B, T, A)) schedule (static)
+  for (int b = 0; b < B; b++) {
+    float *ab = a + (size_t) b * T, *cb = ctx + (size_t) b * H;
+    const float *qb = qd + (size_t) b * A;
+    float m = -INFINITY;
+    for (int i = 0; i < T; i++) {
+      if (mask && mask[(size_t) i * B + b] == 0.0f) {
+        ab[i] = -INFINITY;
+        continue;
+      }
+      const float *k = Kd + ((size_t) i * B + b) * A;
+      float c = cov ? cov[(size_t) b * T + i] : 0.0f, e = 0.0f;
+      if (wc) {
+#pragma omp simd reduction (+:e)
+        for (int j = 0; j < A; j++)
+          e += vd[j] * psm_fast_tanhf (k[j] + qb[j] + wc[j] * c);
+      } else {
+#pragma omp simd reduction (+:e)
+        for (int j = 0; j < A; j++)
+          e += vd[j] * psm_fast_tanhf (k[j] + qb[j]);
+      }
+      ab[i] = e;
+      m = MAX (m, e);
+    }
+    memset (cb, 0, H * sizeof (float));
+    if (m == -INFINITY) {            /* no real position: a = 0, c = 0 */
+      memset (ab, 0, T * sizeof (float));
+      continue;
+    }
+    double s = 0.0;
+    for (int i = 0; i < T; i++)
+      s += ab[i] == -INFINITY ? 0.0 : expf (ab[i] - m);
+    float inv = (float) (1.0 / s);
+    for (int i = 0; i < T; i++) {
+      ab[i] = ab[i] == -INFINITY ? 0.0f : expf (ab[i] - m) * inv;
+      if (ab[i] == 0.0f)
+        continue;
+      const float *h = hd + ((size_t) i * B + b) * H;
+      float w = ab[i];
+#pragma omp simd
+      for (int j = 0; j < H; j++)
+        cb[j] += w * h[j];
+    }
+  }
+  PsmNode *nd = psm_graph_record (g, PSM_OP_ADDITIVE_ATTENTION, out, 6, in);
+  if (nd) {
+    AddAttnSaved *sv = psm_graph_alloc (g, sizeof *sv);
+    sv->mask = psm_graph_dup (g, mask, (size_t) T * B * sizeof (float));
+    nd->saved = sv;
+    nd->iarg[0] = T;
+    nd->iarg[1] = B;
+  }
+  int sa[2] = { B, T }, sc[2] = { B, H };
+  if (attn)
+    *attn = psm_tensor_view (g, out, 0, 2, sa);
+  if (context)
+    *context = psm_tensor_view (g, out, (size_t) B * T, 2, sc);
+  return out;
+}
+
+void
+psm_additive_attention_backward (PsmNode *nd)
+{
+  PsmTensor *keys = nd->in[0], *query = nd->in[1], *v = nd->in[2], *w_c = nd->in[3], *coverage = nd->in[4],
+            *values = nd->in[5], *out = nd->out;
+  const AddAttnSaved *sv = nd->saved;
+  const float *mask = sv->mask;
+  int T = nd->iarg[0], B = nd->iarg[1], A = keys->shape[2], H = values->shape[2];
+  const float *a = out->data, *da = out->grad, *dctx = out->grad + (size_t) B * T;
+  const float *Kd = keys->data, *qd = query->data, *vd = v->data, *hd = values->data;
+  const float *wc = w_c ? w_c->data : NULL, *cov = coverage ? coverage->data : NULL;
+  /* per-row partial sums of dv and dw_c, added over rows in order below */
+  float *part = psm_xmalloc0 ((size_t) B * 2 * A * sizeof (float), "attention gradients");
+  float *de_all = psm_xmalloc ((size_t) B * T * sizeof (float), "attention gradients");
+#pragma omp parallel for if (AA_PAR (B, T, A)) schedule (static)
+  for (int b = 0; b < B; b++) {
+    const float *ab = a + (size_t) b * T, *dcb = dctx + (size_t) b * H, *qb = qd + (size_t) b * A;
+    float *de = de_all + (size_t) b * T;
+    double dot = 0.0;
+    for (int i = 0; i < T; i++) {
+      float d = da[(size_t) b * T + i];
+      if (ab[i] != 0.0f) {
+        const float *h = hd + ((size_t) i * B + b) * H;
+        float s = 0.0f;
+#pragma omp simd reduction (+:s)
+        for (int j = 0; j < H; j++)
+          s += dcb[j] * h[j];
+        d += s;
+      }
+      de[i] = d;
+      dot += (double) ab[i] * d;
+    }
+    float *dv = part + (size_t) b * 2 * A, *dwc = dv + A;
+    float *dq = query->grad ? query->grad + (size_t) b * A : NULL;
+    for (int i = 0; i < T; i++) {
+      if (mask && mask[(size_t) i * B + b] == 0.0f)
+        continue;   /* padding: no gradient anywhere */
+      float dei = ab[i] * (de[i] - (float) dot);
+      if (values->grad && ab[i] != 0.0f) {
+        float *dh = values->grad + ((size_t) i * B + b) * H;
+#pragma omp simd
+        for (int j = 0; j < H; j++)
+          dh[j] += ab[i] * dcb[j];
+      }
+      if (dei == 0.0f)
+        continue;
+      const float *k = Kd + ((size_t) i * B + b) * A;
+      float *dk = keys->grad ? keys->grad + ((size_t) i * B + b) * A : NULL;
+      float c = cov ? cov[(size_t) b * T + i] : 0.0f, dc = 0.0f;
+      for (int j = 0; j < A; j++) {
+        float z = psm_fast_tanhf (k[j] + qb[j] + (wc ? wc[j] * c : 0.0f));
+        float dp = dei * vd[j] * (1.0f - z * z);
+        dv[j] += dei * z;
+        if (dk)
+          dk[j] += dp;
+        if (dq)
+          dq[j] += dp;
+        if (wc) {
+          dwc[j] += dp * c;
+          dc += dp * wc[j];
+        }
+      }
+      if (coverage && coverage->grad)
+        coverage->grad[(size_t) b * T + i] += dc;
+    }
+  }
+  for (int b = 0; b < B; b++) {
+    const float *dv = part + (size_t) b * 2 * A, *dwc = dv + A;
+    for (int j = 0; j < A; j++) {
+      if (v->grad)
+        v->grad[j] += dv[j];
+      if (w_c && w_c->grad)
+        w_c->grad[j] += dwc[j];
+    }
+  }
+  free (part);
+  free (de_all);
 }

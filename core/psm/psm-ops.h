@@ -78,6 +78,18 @@ PsmTensor *psm_lstm_cell (PsmGraph *g, PsmTensor *xp, PsmTensor *h, PsmTensor *c
 /* --- attention (core/ops/attention.c) --- */
 /* ctx[b] = sum_t a[b, t] v[t, b, :]; a [B, T], v [T, B, H] -> [B, H]. */
 PsmTensor *psm_attend (PsmGraph *g, PsmTensor *a, PsmTensor *v);
+/* Fused additive attention with optional coverage, one pass over the
+ * annotations forward and one backward (equations in core/ops/attention.c):
+ *   e[b, i] = v . tanh(keys[i, b] + query[b] + w_c cov[b, i]),
+ *   attn = masked softmax_i e,  context[b] = sum_i attn[b, i] values[i, b].
+ * keys [T, B, A] (W_h h_i, computed once per article), query [B, A]
+ * (W_s s_t + b_attn), v [A], w_c [A] and coverage [B, T] (both NULL without
+ * coverage), values [T, B, H], mask [T, B] (may be NULL). Sets *attn [B, T]
+ * and *context [B, H] (views of the returned tensor; either pointer may be
+ * NULL). A row with no real position gets attn = 0 and context = 0. */
+PsmTensor *psm_additive_attention (PsmGraph *g, PsmTensor *keys, PsmTensor *query, PsmTensor *v,
+                                   PsmTensor *w_c, PsmTensor *coverage, PsmTensor *values,
+                                   const float *mask, PsmTensor **attn, PsmTensor **context);
 
 G_END_DECLS
 #endif
