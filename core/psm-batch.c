@@ -1,8 +1,7 @@
 /* psm-batch.c — batch buffers, grown on demand and reused. */
 #include "config.h"
 #include <string.h>
-#include "psm/psm-batch.h"
-#include "psm/psm-tensor.h"
+#include "psm-private.h"
 
 void
 psm_batch_init (PsmBatch *b)
@@ -11,12 +10,19 @@ psm_batch_init (PsmBatch *b)
   b->size = sizeof *b;
 }
 
+/* Whether the buffers hold B examples of T source and Ty target steps. */
+static gboolean
+fits (const PsmBatch *b, int B, int T, int Ty)
+{
+  return B <= b->cap_B && (size_t) T * B <= (size_t) b->cap_T * b->cap_B &&
+         (size_t) Ty * B <= (size_t) b->cap_Ty * b->cap_B;
+}
+
 void
 psm_batch_reserve (PsmBatch *b, int B, int T, int Ty)
 {
   g_return_if_fail (B >= 0 && T >= 0 && Ty >= 0);
-  if (B > b->cap_B || (size_t) T * B > (size_t) b->cap_T * b->cap_B ||
-      (size_t) Ty * B > (size_t) b->cap_Ty * b->cap_B) {
+  if (!fits (b, B, T, Ty)) {
     int cB = MAX (B, b->cap_B), cT = MAX (T, b->cap_T), cTy = MAX (Ty, b->cap_Ty);
     size_t ns = (size_t) cB * cT, nt = (size_t) cB * cTy;
 #define GROW(field, n)                                                         \
@@ -82,9 +88,6 @@ psm_batch_clear (PsmBatch *b)
 
 /* ---- what the core accepts from a task (core-private) ---- */
 
-#include "psm-private.h"
-#include "psm/psm-pipeline.h"
-
 #define BAD(...)                                                               \
   do {                                                                         \
     char *what_ = g_strdup_printf (__VA_ARGS__);                               \
@@ -128,8 +131,7 @@ psm_batch_validate (const PsmBatch *b, const PsmTaskInfo *info, int max_B, const
     BAD ("source length %d (the task declared max_src_len %d)", b->T, info->max_src_len);
   if (b->Ty < 1 || b->Ty > info->max_tgt_len)
     BAD ("target length %d (the task declared max_tgt_len %d)", b->Ty, info->max_tgt_len);
-  if (b->B > b->cap_B || (size_t) b->B * b->T > (size_t) b->cap_B * b->cap_T ||
-      (size_t) b->B * b->Ty > (size_t) b->cap_B * b->cap_Ty)
+  if (!fits (b, b->B, b->T, b->Ty))
     BAD ("B = %d, T = %d, Ty = %d exceed the buffers reserved (psm_batch_reserve)", b->B, b->T, b->Ty);
   int n_oov = b->oov_words ? (int) b->oov_words->len : 0;
   if (b->ext_base != 0 && b->ext_base != info->ext_base)

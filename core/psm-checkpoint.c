@@ -314,7 +314,7 @@ psm_checkpoint_load (const char *path, PsmParams *p, PsmOptim *optim,
       kind = k;
   if (*opt_name && kind < 0)
     CORRUPT ("%s: corrupt header: unknown optimiser '%s'", path, opt_name);
-  int want_state = kind == PSM_OPT_SGD ? 0 : kind == PSM_OPT_ADAGRAD ? 1 : kind < 0 ? 0 : 2;
+  int want_state = kind < 0 ? 0 : psm_optim_kind_slots ((PsmOptKind) kind);
   if ((int) n_state != want_state || ((flags & FLAG_STATE) && kind < 0))
     CORRUPT ("%s: corrupt header: %u optimiser state slots for '%s'", path, n_state, opt_name);
   for (int i = 0; i < N_SETTINGS; i++)

@@ -26,7 +26,7 @@ psm_optim_new (const PsmOptConfig *cfg, PsmParams *p)
   PsmOptim *o = g_new0 (PsmOptim, 1);
   o->cfg = *cfg;
   o->p = p;
-  o->n_state = cfg->kind == PSM_OPT_SGD ? 0 : cfg->kind == PSM_OPT_ADAGRAD ? 1 : 2;
+  o->n_state = psm_optim_kind_slots (cfg->kind);
   size_t n = psm_params_size (p);
   for (int s = 0; s < o->n_state; s++)
     o->state[s] = psm_xmalloc0 (MAX (n, 1) * sizeof (float), "optimiser state");
@@ -48,6 +48,12 @@ psm_optim_free (PsmOptim *o)
 
 const char *psm_optim_name (const PsmOptim *o) { return opt_names[o->cfg.kind]; }
 const PsmOptConfig *psm_optim_config (const PsmOptim *o) { return &o->cfg; }
+
+int
+psm_optim_kind_slots (PsmOptKind kind)
+{
+  return kind == PSM_OPT_SGD ? 0 : kind == PSM_OPT_ADAGRAD ? 1 : 2;
+}
 
 const char *
 psm_optim_kind_name (PsmOptKind kind)

@@ -144,6 +144,10 @@ void *psm_xmalloc (size_t bytes, const char *what);
 void *psm_xmalloc0 (size_t bytes, const char *what);
 void *psm_xaligned (size_t bytes, const char *what);
 
+/* State buffers of an optimiser kind: sgd 0, adagrad 1, adam/adadelta 2
+ * (core/psm-optim.c; the checkpoint reader checks against it). */
+int psm_optim_kind_slots (PsmOptKind kind);
+
 /* Model internals used by the training loop (core/psm-model.c). */
 PsmGraph *psm_model_graph (PsmModel *m);
 PsmBatch *psm_model_batch (PsmModel *m);

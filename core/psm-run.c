@@ -54,15 +54,21 @@ progress_text (char *buf, size_t n, long done, long steps, long start_step, doub
   g_snprintf (buf, n, "step %ld/%ld  loss %.4f  %.0f tok/s  ETA %s", done, steps, loss, rate, eta);
 }
 
+/* A file of the run folder could not be written (errno says why). */
+static gboolean
+write_failed (GError **error, const char *path)
+{
+  g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: cannot write: %s", path, g_strerror (errno));
+  return FALSE;
+}
+
 /* Appends one JSON record to the run's log and flushes it; a failed write
  * (full disk, quota) is an error, not a log that silently stays empty. */
 static gboolean
 log_append (FILE *log, const char *path, const char *record, GError **error)
 {
-  if (fputs (record, log) < 0 || fflush (log) != 0 || ferror (log)) {
-    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: cannot write: %s", path, g_strerror (errno));
-    return FALSE;
-  }
+  if (fputs (record, log) < 0 || fflush (log) != 0 || ferror (log))
+    return write_failed (error, path);
   return TRUE;
 }
 
@@ -284,10 +290,8 @@ psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error)
 out_timer:
   g_timer_destroy (timer);
 out:
-  if (log && fclose (log) != 0 && ok) {
-    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: cannot write: %s", log_path, g_strerror (errno));
-    ok = FALSE;
-  }
+  if (log && fclose (log) != 0 && ok)
+    ok = write_failed (error, log_path);
   psm_optim_free (optim);
   g_free (kept);
   g_free (last);
@@ -346,10 +350,8 @@ psm_run_eval (PsmModel *m, PsmSplit split, gboolean write_decodes, GError **erro
     written = !ferror (out) && fflush (out) == 0;
     written = fclose (out) == 0 && written;
   }
-  if (!written && ok) {
-    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: cannot write: %s", out_path, g_strerror (errno));
-    ok = FALSE;
-  }
+  if (!written && ok)
+    ok = write_failed (error, out_path);
   if (ok) {
     char *what = g_strdup_printf ("%s (%s)", split_name (split), path);
     print_eval (what, meta.step, &r, FALSE);
@@ -357,14 +359,11 @@ psm_run_eval (PsmModel *m, PsmSplit split, gboolean write_decodes, GError **erro
     char *log_path = g_build_filename (dir, "log.jsonl", NULL);
     FILE *log = fopen (log_path, "a");
     if (!log) {
-      g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: cannot write: %s", log_path, g_strerror (errno));
-      ok = FALSE;
+      ok = write_failed (error, log_path);
     } else {
       ok = json_eval (log, log_path, meta.step, split_name (split), secs, &r, error);
-      if (fclose (log) != 0 && ok) {
-        g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: cannot write: %s", log_path, g_strerror (errno));
-        ok = FALSE;
-      }
+      if (fclose (log) != 0 && ok)
+        ok = write_failed (error, log_path);
     }
     g_free (log_path);
     if (ok && out_path)
