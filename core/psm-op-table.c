@@ -30,6 +30,15 @@ const PsmOpInfo psm_op_table[PSM_OP_COUNT] = {
   [PSM_OP_LSTM_CELL] = { "lstm_cell", psm_lstm_cell_backward },
   [PSM_OP_ATTEND] = { "attend", psm_attend_backward },
   [PSM_OP_ADDITIVE_ATTENTION] = { "additive_attention", psm_additive_attention_backward },
+  [PSM_OP_SET_STEP] = { "set_step", psm_set_step_backward },
+  [PSM_OP_SCATTER_ADD] = { "scatter_add", psm_scatter_add_backward },
+  [PSM_OP_GATHER_MASS] = { "gather_mass", psm_gather_mass_backward },
+  [PSM_OP_PICK_LOG_SOFTMAX] = { "pick_log_softmax", psm_pick_log_softmax_backward },
+  [PSM_OP_MIXTURE_NLL] = { "mixture_nll", psm_mixture_nll_backward },
+  [PSM_OP_COVERAGE_LOSS] = { "coverage_loss", psm_coverage_loss_backward },
+  [PSM_OP_MUL_ROWS] = { "mul_rows", psm_mul_rows_backward },
+  [PSM_OP_AFFINE] = { "affine", psm_affine_backward },
+  [PSM_OP_LOG] = { "log", psm_log_backward },
 };
 
 /* tests/test-graph.c checks that every row has a name and a backward, so an

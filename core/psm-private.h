@@ -34,6 +34,15 @@ typedef enum {
   PSM_OP_LSTM_CELL,
   PSM_OP_ATTEND,
   PSM_OP_ADDITIVE_ATTENTION,
+  PSM_OP_SET_STEP,
+  PSM_OP_SCATTER_ADD,
+  PSM_OP_GATHER_MASS,
+  PSM_OP_PICK_LOG_SOFTMAX,
+  PSM_OP_MIXTURE_NLL,
+  PSM_OP_COVERAGE_LOSS,
+  PSM_OP_MUL_ROWS,
+  PSM_OP_AFFINE,
+  PSM_OP_LOG,
   PSM_OP_COUNT
 } PsmOpKind;
 
@@ -96,6 +105,15 @@ PSM_DECLARE_BACKWARD (gru_seq);
 PSM_DECLARE_BACKWARD (lstm_cell);
 PSM_DECLARE_BACKWARD (attend);
 PSM_DECLARE_BACKWARD (additive_attention);
+PSM_DECLARE_BACKWARD (set_step);
+PSM_DECLARE_BACKWARD (scatter_add);
+PSM_DECLARE_BACKWARD (gather_mass);
+PSM_DECLARE_BACKWARD (pick_log_softmax);
+PSM_DECLARE_BACKWARD (mixture_nll);
+PSM_DECLARE_BACKWARD (coverage_loss);
+PSM_DECLARE_BACKWARD (mul_rows);
+PSM_DECLARE_BACKWARD (affine);
+PSM_DECLARE_BACKWARD (log);
 
 /* GEMM wrapper: C[M,N] = alpha op(A) op(B) + beta C, row-major. */
 void psm_gemm (gboolean ta, gboolean tb, int M, int N, int K, float alpha,

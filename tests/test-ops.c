@@ -810,6 +810,141 @@ START_TEST (test_additive_attention)
 }
 END_TEST
 
+
+/* ---- pointer ops: R = 6 rows (3 steps of Bi = 2 examples), T = 4 source
+ * positions, vocabulary S0 = 5 extended to S = 8 ---- */
+#define PR 6
+#define PB 2
+#define PT 4
+#define PS0 5
+#define PS 8
+static const int32_t p_ids[PT * PB] = { 1, 6, 5, 6, 1, 2, 7, -1 };   /* [T, Bi] */
+static const int32_t p_tgt[PR] = { 1, 6, 4, 2, -1, 7 };
+
+static PsmTensor *
+f_pointer (PsmGraph *g, void *ud)
+{
+  Case *c = ud;
+  switch (c->which) {
+  case 0:
+    return psm_test_project (g, psm_scatter_add (g, in (g, c, 1), in (g, c, 0), p_ids, PB, PS));
+  case 1:
+    return psm_test_project (g, psm_gather_mass (g, in (g, c, 0), p_ids, PB, p_tgt));
+  case 2: {
+    int32_t t[PR] = { 1, 0, 4, 2, -1, 3 };
+    PsmTensor *y = psm_pick_log_softmax (g, in (g, c, 1), t);
+    /* skip the -inf row: scale it away through a masked copy */
+    PsmTensor *m = psm_tensor_zeros (g, 2, (int[]) { PR, 1 }, FALSE);
+    for (int r = 0; r < PR; r++)
+      m->data[r] = t[r] >= 0;
+    for (int r = 0; r < PR; r++)
+      if (t[r] < 0)
+        y->data[r] = 0.0f;
+    return psm_test_project (g, psm_mul_rows (g, y, m));
+  }
+  case 3: {
+    int32_t t[PR] = { 1, -1, 4, 2, 0, 3 };   /* row 1: target outside the vocabulary */
+    PsmTensor *lg = psm_pick_log_softmax (g, in (g, c, 1), t);
+    PsmTensor *mass = psm_gather_mass (g, in (g, c, 3), p_ids, PB, p_tgt);
+    return psm_mixture_nll (g, in (g, c, 2), lg, mass, c->w);
+  }
+  case 4:
+    return psm_coverage_loss (g, in (g, c, 0), in (g, c, 3), c->w);
+  case 5:
+    return psm_test_project (g, psm_log (g, psm_affine (g, psm_mul_rows (g, in (g, c, 3), in (g, c, 4)), 0.5f, 2.0f)));
+  default: {
+    int sh[3] = { 3, PB, PT };
+    PsmTensor *seq = psm_tensor_new (g, 3, sh, TRUE);
+    PsmTensor *x = in (g, c, 0);
+    for (int t = 0; t < 3; t++)
+      psm_set_step (g, seq, t, psm_tensor_view (g, x, (size_t) t * PB * PT, 2, (int[]) { PB, PT }));
+    return psm_test_project (g, psm_tanh (g, seq));
+  }
+  }
+}
+
+START_TEST (test_pointer_ops)
+{
+  PsmRng rng;
+  psm_rng_seed (&rng, 17);
+  Case c = { 0 };
+  alloc_in (&c, 0, 2, PR, PT, 0, &rng, 1.0f);    /* w / attention */
+  alloc_in (&c, 1, 2, PR, PS0, 0, &rng, 1.0f);   /* base / logits */
+  alloc_in (&c, 2, 2, PR, 1, 0, &rng, 2.0f);     /* z */
+  alloc_in (&c, 3, 2, PR, PT, 0, &rng, 0.5f);    /* positive: copy weights, coverage */
+  alloc_in (&c, 4, 2, PR, 1, 0, &rng, 1.0f);
+  for (size_t i = 0; i < n_of (&c, 3); i++)
+    c.x[3][i] = 0.05f + fabsf (c.x[3][i]);
+  for (int r = 0; r < PR; r++)
+    c.w[r] = r == 4 ? 0.0f : 1.0f + 0.25f * r;
+
+  /* forward against plain loops */
+  PsmGraph *g = psm_graph_new ();
+  psm_graph_set_grad (g, FALSE);
+  PsmTensor *y = psm_scatter_add (g, in (g, &c, 1), in (g, &c, 0), p_ids, PB, PS);
+  PsmTensor *mass = psm_gather_mass (g, in (g, &c, 0), p_ids, PB, p_tgt);
+  for (int r = 0; r < PR; r++) {
+    double want[PS] = { 0 }, m = 0.0;
+    for (int j = 0; j < PS0; j++)
+      want[j] = c.x[1][r * PS0 + j];
+    for (int i = 0; i < PT; i++) {
+      int32_t id = p_ids[i * PB + r % PB];
+      if (id >= 0)
+        want[id] += c.x[0][r * PT + i];
+      if (id == p_tgt[r] && p_tgt[r] >= 0)
+        m += c.x[0][r * PT + i];
+    }
+    for (int j = 0; j < PS; j++)
+      ck_assert_msg (fabs (want[j] - y->data[r * PS + j]) < 1e-5, "scatter_add [%d, %d]", r, j);
+    ck_assert_msg (fabs (m - mass->data[r]) < 1e-5, "gather_mass [%d]", r);
+    ck_assert (p_tgt[r] < 0 || fabs (want[p_tgt[r]] - c.x[1][r * PS0 + p_tgt[r]] * (p_tgt[r] < PS0) - m) < 1e-5);
+  }
+  int32_t t[PR] = { 1, -1, 4, 2, 0, 3 };
+  PsmTensor *lp = psm_pick_log_softmax (g, in (g, &c, 1), t);
+  PsmTensor *ref = psm_log_softmax (g, in (g, &c, 1));
+  for (int r = 0; r < PR; r++)
+    ck_assert (t[r] < 0 ? isinf (lp->data[r]) && lp->data[r] < 0
+                        : fabsf (lp->data[r] - ref->data[r * PS0 + t[r]]) < 1e-5f);
+  /* mixture NLL by hand, including the out-of-vocabulary row and a zero weight */
+  PsmTensor *nll = psm_mixture_nll (g, in (g, &c, 2), lp, mass, c.w);
+  double s = 0, W = 0;
+  for (int r = 0; r < PR; r++) {
+    double p = 1.0 / (1.0 + exp (-c.x[2][r]));
+    double pv = t[r] < 0 ? 0.0 : exp (ref->data[r * PS0 + t[r]]);
+    s -= c.w[r] * log (p * pv + (1 - p) * mass->data[r] + (c.w[r] == 0 ? 1.0 : 0.0));
+    W += c.w[r];
+  }
+  ck_assert_msg (fabs (s / W - nll->data[0]) < 1e-5, "mixture_nll %g vs %g", nll->data[0], s / W);
+  /* a target with zero probability either way stays finite */
+  float zero_mass[PR] = { 0 };
+  int one[2] = { PR, 1 };
+  PsmTensor *zm = psm_tensor_wrap (g, zero_mass, NULL, 2, one);
+  int32_t none[PR] = { -1, -1, -1, -1, -1, -1 };
+  ck_assert (isfinite (psm_mixture_nll (g, in (g, &c, 2), psm_pick_log_softmax (g, in (g, &c, 1), none), zm, NULL)->data[0]));
+  PsmTensor *cl = psm_coverage_loss (g, in (g, &c, 0), in (g, &c, 3), c.w);
+  s = 0;
+  for (int r = 0; r < PR; r++)
+    for (int i = 0; i < PT; i++)
+      s += c.w[r] * MIN (c.x[0][r * PT + i], c.x[3][r * PT + i]);
+  ck_assert (fabs (s / W - cl->data[0]) < 1e-5);
+  psm_graph_free (g);
+
+  const char *names[] = { "scatter_add", "gather_mass", "pick_log_softmax", "mixture_nll", "coverage_loss",
+                          "mul_rows+affine+log", "set_step" };
+  const int inputs[][3] = { { 0, 1, -1 }, { 0, -1 }, { 1, -1 }, { 1, 2, 3 }, { 0, 3, -1 }, { 3, 4, -1 }, { 0, -1 } };
+  for (int op = 0; op < 7; op++) {
+    c.which = op;
+    for (int k = 0; k < 3 && inputs[op][k] >= 0; k++) {
+      int x = inputs[op][k];
+      char *what = g_strdup_printf ("%s input %d", names[op], x);
+      psm_test_gradcheck (what, f_pointer, &c, c.x[x], c.gx[x], n_of (&c, x), 1e-3f, ATOL, RTOL, 300);
+      g_free (what);
+    }
+  }
+  free_case (&c);
+}
+END_TEST
+
 START_TEST (test_op_table)
 {
   for (int i = 0; i < PSM_OP_COUNT; i++) {
@@ -841,6 +976,7 @@ main (int argc, char **argv)
   tcase_add_test (tc, test_colsum);
   tcase_add_test (tc, test_lstm);
   tcase_add_test (tc, test_additive_attention);
+  tcase_add_test (tc, test_pointer_ops);
   suite_add_tcase (s, tc);
   return psm_test_run (s);
 }

@@ -91,5 +91,36 @@ PsmTensor *psm_additive_attention (PsmGraph *g, PsmTensor *keys, PsmTensor *quer
                                    PsmTensor *w_c, PsmTensor *coverage, PsmTensor *values,
                                    const float *mask, PsmTensor **attn, PsmTensor **context);
 
+/* --- pointing and the decoder loop (core/ops/pointer.c) ---
+ * ids: source word ids [T, Bi] (time-major); row r of a [R, ...] input
+ * belongs to example r % Bi. */
+/* Copies x into step t of seq (a [T, ...] tensor made with
+ * psm_tensor_new): how step outputs are stacked time-major. Returns the view. */
+PsmTensor *psm_set_step (PsmGraph *g, PsmTensor *seq, int t, PsmTensor *x);
+/* Scatter-add onto an extended vocabulary of S words: y [R, S] starts as
+ * base [R, S0] (S0 <= S; NULL = zeros) padded with zeros, then
+ * y[r, ids[i, r]] += w[r, i] (ids < 0 skipped). The pointer-generator's
+ * final distribution: base = p_gen P_vocab, w = (1 - p_gen) attention. */
+PsmTensor *psm_scatter_add (PsmGraph *g, PsmTensor *base, PsmTensor *w, const int32_t *ids, int Bi, int S);
+/* The one entry of that scatter a loss needs: y [R, 1],
+ * y[r] = sum_i w[r, i] [ids[i, r] == targets[r]] (0 when targets[r] < 0). */
+PsmTensor *psm_gather_mass (PsmGraph *g, PsmTensor *w, const int32_t *ids, int Bi, const int32_t *targets);
+/* log softmax(x[r])[targets[r]] for x [R, C] -> [R, 1], without keeping the
+ * softmax (backward recomputes it from the logits); -inf when targets[r] < 0. */
+PsmTensor *psm_pick_log_softmax (PsmGraph *g, PsmTensor *x, const int32_t *targets);
+/* Pointer-generator NLL (See et al. eq. 9 and 6): with p = sigma(z),
+ * m_r = p_r exp(lgen_r) + (1 - p_r) copy_r, the scalar
+ * -(1/W) sum_r w_r log max(m_r, 1e-12). z, lgen, copy [R] or [R, 1];
+ * lgen = -inf (a target outside the vocabulary) contributes 0. */
+PsmTensor *psm_mixture_nll (PsmGraph *g, PsmTensor *z, PsmTensor *lgen, PsmTensor *copy, const float *weights);
+/* Coverage loss (See et al. eq. 12): (1/W) sum_r w_r sum_i min(a[r, i], c[r, i]). */
+PsmTensor *psm_coverage_loss (PsmGraph *g, PsmTensor *a, PsmTensor *c, const float *weights);
+/* y[r, :] = x[r, :] s[r]; x [R, C], s [R] or [R, 1]. */
+PsmTensor *psm_mul_rows (PsmGraph *g, PsmTensor *x, PsmTensor *s);
+/* y = a x + b, elementwise. */
+PsmTensor *psm_affine (PsmGraph *g, PsmTensor *x, float a, float b);
+/* y = log max(x, 1e-30), elementwise. */
+PsmTensor *psm_log (PsmGraph *g, PsmTensor *x);
+
 G_END_DECLS
 #endif
