@@ -1,0 +1,206 @@
+/* test-decode.c — beam search against an exhaustive search. The scorer is a
+ * toy model whose log-scores are a hash of the article and the whole
+ * history; the test rebuilds each row's history from the parents the search
+ * hands it, so a wrong reordering changes the scores and fails the test. */
+#include "config.h"
+#include <math.h>
+#include <string.h>
+#include "psm-test.h"
+#include "psm-private.h"
+
+#define S 4          /* slot 0 ends, slot 1 is the unknown word */
+#define MAXL 4
+#define MAXN 1024
+
+typedef struct {
+  int K;
+  int32_t hist[MAXN][MAXL], len[MAXN];
+  int32_t nh[MAXN][MAXL], nlen[MAXN];
+  float scores[MAXN * S];
+  int calls;
+} Toy;
+
+static void
+toy_logp (int article, const int32_t *h, int len, float *out)
+{
+  guint32 x = 2166136261u ^ (guint32) (article * 7919);
+  for (int i = 0; i < len; i++)
+    x = (x ^ (guint32) (h[i] + 1)) * 16777619u;
+  double z = 0;
+  for (int s = 0; s < S; s++) {
+    guint32 y = (x ^ (guint32) (s * 2654435761u)) * 2246822519u;
+    y ^= y >> 13;
+    out[s] = (float) ((y % 10007) / 10007.0 * 4.0 - 2.0);
+    z += exp (out[s]);
+  }
+  for (int s = 0; s < S; s++)
+    out[s] -= (float) log (z);
+}
+
+static const float *
+toy_step (void *ud, int n, const int32_t *parents, const int32_t *tokens, int *S_out, GError **error)
+{
+  Toy *t = ud;
+  for (int r = 0; r < n; r++) {
+    int p = parents ? parents[r] : r;
+    t->nlen[r] = parents ? t->len[p] : 0;
+    memcpy (t->nh[r], t->hist[p], sizeof t->hist[p]);
+    if (parents && tokens[r] >= 0 && t->nlen[r] < MAXL)
+      t->nh[r][t->nlen[r]++] = tokens[r];
+  }
+  memcpy (t->hist, t->nh, sizeof t->hist);
+  memcpy (t->len, t->nlen, sizeof t->len);
+  for (int r = 0; r < n; r++)
+    toy_logp (r / t->K, t->hist[r], t->len[r], t->scores + r * S);
+  *S_out = S;
+  t->calls++;
+  return t->scores;
+}
+
+/* Exhaustive: every sequence the rules allow, scored as the beam ranks. */
+static void
+exhaustive (const PsmBeamConfig *c, int article, int32_t *h, int len, double logp, double *best, int32_t *best_h,
+            int *best_len)
+{
+  float lp[S];
+  toy_logp (article, h, len, lp);
+  for (int s = 0; s < S; s++) {
+    double v = logp + lp[s];
+    if (s == c->eos) {
+      if (len + 1 < c->min_len)
+        continue;
+      double sc = v / (c->length_penalty > 0 ? pow (len + 1, c->length_penalty) : 1.0);
+      if (sc > *best) {
+        *best = sc;
+        memcpy (best_h, h, len * sizeof (int32_t));
+        *best_len = len;
+      }
+      continue;
+    }
+    if (c->no_unk && s == c->unk)
+      continue;
+    h[len] = s;
+    int ng = c->block_ngram;
+    gboolean rep = FALSE;
+    for (int i = 0; ng > 0 && i + ng <= len; i++)
+      rep = rep || memcmp (h + i, h + len + 1 - ng, ng * sizeof (int32_t)) == 0;
+    if (rep)
+      continue;
+    if (len + 1 == c->max_len) {
+      double sc = v / (c->length_penalty > 0 ? pow (len + 1, c->length_penalty) : 1.0);
+      if (sc > *best) {
+        *best = sc;
+        memcpy (best_h, h, (len + 1) * sizeof (int32_t));
+        *best_len = len + 1;
+      }
+    } else {
+      exhaustive (c, article, h, len + 1, v, best, best_h, best_len);
+    }
+  }
+}
+
+START_TEST (test_beam_exhaustive)
+{
+  const PsmBeamConfig cfgs[] = {
+    { 128, 0, MAXL, 0, 0.0, 0, 1, FALSE },
+    { 128, 0, MAXL, 0, 1.0, 0, 1, FALSE },
+    { 128, 3, MAXL, 2, 1.0, 0, 1, TRUE },
+    { 128, 2, 3, 1, 0.5, 0, 1, FALSE },
+  };
+  for (guint ci = 0; ci < G_N_ELEMENTS (cfgs); ci++) {
+    const PsmBeamConfig *c = &cfgs[ci];
+    int B = 3;
+    Toy *t = g_new0 (Toy, 1);
+    t->K = c->beam;
+    ck_assert (B * c->beam <= MAXN);
+    PsmBeamFns f = { toy_step, NULL, t };
+    PsmHyp out[3] = { { 0 } };
+    ck_assert (psm_beam_search (c, B, &f, out, NULL));
+    for (int b = 0; b < B; b++) {
+      int32_t h[MAXL], bh[MAXL];
+      double best = -INFINITY;
+      int blen = -1;
+      exhaustive (c, b, h, 0, 0.0, &best, bh, &blen);
+      ck_assert_msg (fabs (best - out[b].score) < 1e-6, "config %u article %d: beam %g, exhaustive %g", ci, b,
+                     out[b].score, best);
+      ck_assert_int_eq (out[b].len, blen);
+      for (int i = 0; i < blen; i++)
+        ck_assert_int_eq (out[b].slots[i], bh[i]);
+      psm_hyp_clear (&out[b]);
+    }
+    g_free (t);
+  }
+}
+END_TEST
+
+/* Beam 1 is greedy: the best slot at every step. Beam 4 never scores below
+ * greedy here (small enough that no hypothesis is cut early). */
+START_TEST (test_greedy)
+{
+  PsmBeamConfig c = { 1, 0, MAXL, 0, 0.0, 0, -1, FALSE };
+  int B = 5;
+  for (int b = 0; b < B; b++) {
+    int32_t h[MAXL];
+    int len = 0;
+    double lp = 0;
+    for (;;) {
+      float s[S];
+      toy_logp (b, h, len, s);
+      int best = 0;
+      for (int k = 1; k < S; k++)
+        if (s[k] > s[best])
+          best = k;
+      lp += s[best];
+      if (best == 0)
+        break;
+      h[len++] = best;
+      if (len == MAXL)
+        break;
+    }
+    Toy *t = g_new0 (Toy, 1);
+    t->K = 1;
+    PsmBeamFns f = { toy_step, NULL, t };
+    PsmHyp out[5] = { { 0 } };
+    ck_assert (psm_beam_search (&c, B, &f, out, NULL));
+    ck_assert_int_eq (out[b].len, len);
+    ck_assert (fabs (out[b].logp - lp) < 1e-6);
+    for (int i = 0; i < len; i++)
+      ck_assert_int_eq (out[b].slots[i], h[i]);
+    for (int i = 0; i < B; i++)
+      psm_hyp_clear (&out[i]);
+    g_free (t);
+  }
+}
+END_TEST
+
+/* The scorer's error stops the search and reaches the caller. */
+static const float *
+fail_step (void *ud, int n, const int32_t *parents, const int32_t *tokens, int *S_out, GError **error)
+{
+  g_set_error (error, G_FILE_ERROR, G_FILE_ERROR_FAILED, "scorer failed");
+  return NULL;
+}
+
+START_TEST (test_step_error)
+{
+  PsmBeamConfig c = { 4, 0, MAXL, 0, 1.0, 0, -1, FALSE };
+  PsmBeamFns f = { fail_step, NULL, NULL };
+  PsmHyp out[2] = { { 0 } };
+  GError *e = NULL;
+  ck_assert (!psm_beam_search (&c, 2, &f, out, &e));
+  ck_assert_str_eq (e->message, "scorer failed");
+  g_error_free (e);
+}
+END_TEST
+
+int
+main (void)
+{
+  Suite *s = suite_create ("decode");
+  TCase *tc = tcase_create ("beam");
+  tcase_add_test (tc, test_beam_exhaustive);
+  tcase_add_test (tc, test_greedy);
+  tcase_add_test (tc, test_step_error);
+  suite_add_tcase (s, tc);
+  return psm_test_run (s);
+}
