@@ -16,6 +16,8 @@ struct PsmModel {
   PsmTaskInfo info;
   const PsmEncoderClass *ek;
   void *enc;
+  const PsmDecoderClass *dk;   /* NULL: no decoder (one step, the summary) */
+  void *dec;
   const PsmHeadClass *hk;
   void *head;
   int n_metrics;
@@ -24,7 +26,11 @@ struct PsmModel {
   const char *metric_name[MAX_METRICS];
   PsmParams *params;
   int emb_id;
+  int tgt_emb_id;              /* decoder inputs (== emb_id when tied) */
+  PsmBeamConfig beam;
+  int attn_top;
   PsmGraph *g;
+  PsmGraph *gs;                /* decoding: one step at a time */
   PsmBatch batch;
   int eval_batch;
 };
@@ -33,6 +39,7 @@ PsmGraph *psm_model_graph (PsmModel *m) { return m->g; }
 PsmBatch *psm_model_batch (PsmModel *m) { return &m->batch; }
 PsmPipeline *psm_model_pipeline (PsmModel *m) { return m->pl; }
 PsmParams *psm_model_params (PsmModel *m) { return m->params; }
+gboolean psm_model_has_decoder (PsmModel *m) { return m->dk != NULL; }
 
 void *
 psm_model_task (PsmModel *m, const PsmTaskClass **klass)
@@ -87,6 +94,8 @@ psm_model_new (PsmPipeline *pl, gboolean check, GError **error)
   m->pl = pl;
   m->params = psm_params_new ();
   m->g = psm_graph_new ();
+  m->gs = psm_graph_new ();
+  psm_graph_set_grad (m->gs, FALSE);
   psm_batch_init (&m->batch);
   GError *e = NULL;
   const PsmSection *train = psm_pipeline_section (pl, "train");
@@ -95,7 +104,7 @@ psm_model_new (PsmPipeline *pl, gboolean check, GError **error)
 
   const PsmPlugin *tp = psm_pipeline_plugin (pl, "task");
   m->tk = tp->desc->klass;
-  PsmTaskCtx tctx = { sizeof tctx, seed, check };
+  PsmTaskCtx tctx = { sizeof tctx, seed, check, check ? NULL : psm_pipeline_run_dir (pl) };
   m->task = m->tk->create (psm_pipeline_section (pl, "task"), &tctx, &e);
   if (!m->task) {
     fail_create (error, e, "task", tp);
@@ -108,25 +117,52 @@ psm_model_new (PsmPipeline *pl, gboolean check, GError **error)
   if (!psm_task_info_validate (&m->info, m->task_name, error))
     goto fail;
 
-  if (psm_pipeline_plugin (pl, "model.decoder")) {
-    g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID,
-                 "%s: model.decoder: pipelines with a decoder cell are not supported by this psm release "
-                 "(the step loop and beam search arrive with the first decoder plugin)",
-                 psm_pipeline_file (pl));
-    goto fail;
-  }
   const PsmPlugin *ep = psm_pipeline_plugin (pl, "model.encoder");
+  const PsmPlugin *dp = psm_pipeline_plugin (pl, "model.decoder");
   if (!ep) {
     g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID,
-                 "%s: model.encoder: missing section (a pipeline without a decoder needs an encoder)",
-                 psm_pipeline_file (pl));
+                 "%s: model.encoder: missing section (every pipeline needs an encoder)", psm_pipeline_file (pl));
     goto fail;
   }
   const PsmSection *emb = psm_pipeline_section (pl, "model.embedding");
   int E = (int) psm_section_int (emb, "dim");
+  float escale = (float) psm_section_float (emb, "init_scale");
   int eshape[2] = { m->info.src_vocab, E };
-  m->emb_id = psm_params_add (m->params, "embedding.src", 2, eshape, PSM_INIT_UNIFORM,
-                              (float) psm_section_float (emb, "init_scale"));
+  m->emb_id = psm_params_add (m->params, "embedding.src", 2, eshape, PSM_INIT_UNIFORM, escale);
+  m->tgt_emb_id = m->emb_id;
+  if (dp) {
+    if (m->info.bos_id < 0 || m->info.eos_id < 0) {
+      g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID,
+                   "%s: model.decoder: task '%s' has no begin/end-of-sequence words, so it cannot drive a decoder",
+                   psm_pipeline_file (pl), m->task_name);
+      goto fail;
+    }
+    if (psm_section_bool (emb, "tie")) {
+      if (m->info.src_vocab != m->info.tgt_vocab) {
+        g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID,
+                     "%s: tie: source (%d words) and target (%d words) vocabularies differ, so their embeddings "
+                     "cannot be one table", psm_section_where (emb, "tie"), m->info.src_vocab, m->info.tgt_vocab);
+        goto fail;
+      }
+    } else {
+      int tshape[2] = { m->info.tgt_vocab, E };
+      m->tgt_emb_id = psm_params_add (m->params, "embedding.tgt", 2, tshape, PSM_INIT_UNIFORM, escale);
+    }
+    const PsmSection *ds = psm_pipeline_section (pl, "decode");
+    m->beam.beam = (int) psm_section_int (ds, "beam");
+    m->beam.min_len = (int) psm_section_int (ds, "min_len");
+    m->beam.max_len = (int) psm_section_int (ds, "max_len");
+    m->beam.block_ngram = (int) psm_section_int (ds, "block_ngram");
+    m->beam.length_penalty = psm_section_float (ds, "length_penalty");
+    m->beam.no_unk = psm_section_bool (ds, "no_unk");
+    m->beam.unk = m->info.unk_id;
+    m->attn_top = (int) psm_section_int (ds, "attn_top");
+    if (m->beam.min_len > m->beam.max_len) {
+      g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID, "%s: %d is above decode.max_len (%d)",
+                   psm_section_where (ds, "min_len"), m->beam.min_len, m->beam.max_len);
+      goto fail;
+    }
+  }
   PsmBuildCtx ctx = { sizeof ctx, m->params, "encoder.", &m->info, E, 0, 0, 0, 0, FALSE };
   m->ek = ep->desc->klass;
   m->enc = m->ek->create (psm_pipeline_section (pl, "model.encoder"), &ctx, &e);
@@ -134,16 +170,38 @@ psm_model_new (PsmPipeline *pl, gboolean check, GError **error)
     fail_create (error, e, "model.encoder", ep);
     goto fail;
   }
-  ctx.prefix = "head.";
   ctx.enc_dim = m->ek->output_dim (m->enc);
   ctx.summary_dim = m->ek->summary_dim (m->enc);
   ctx.state_dim = ctx.summary_dim;
+  if (dp) {
+    ctx.prefix = "decoder.";
+    m->dk = dp->desc->klass;
+    m->dec = m->dk->create (psm_pipeline_section (pl, "model.decoder"), &ctx, &e);
+    if (!m->dec) {
+      fail_create (error, e, "model.decoder", dp);
+      goto fail;
+    }
+    ctx.state_dim = m->dk->state_dim (m->dec);
+    ctx.context_dim = m->dk->context_dim (m->dec);
+    ctx.has_attention = m->dk->has_attention (m->dec);
+  }
+  ctx.prefix = "head.";
   const PsmPlugin *hp = psm_pipeline_plugin (pl, "model.head");
   m->hk = hp->desc->klass;
   m->head = m->hk->create (psm_pipeline_section (pl, "model.head"), &ctx, &e);
   if (!m->head) {
     fail_create (error, e, "model.head", hp);
     goto fail;
+  }
+  if (dp) {
+    /* the end token as a slot of the head's output space */
+    m->beam.eos = m->info.eos_id < m->info.tgt_vocab ? m->info.eos_id : -1;
+    if (m->beam.eos < 0) {
+      g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID,
+                   "%s: task '%s': the end-of-sequence word %d is outside the shortlist of %d words",
+                   psm_pipeline_file (pl), m->task_name, m->info.eos_id, m->info.tgt_vocab);
+      goto fail;
+    }
   }
   for (int i = 0; i < psm_pipeline_n_metrics (pl); i++) {
     const PsmSection *ms;
@@ -178,18 +236,29 @@ psm_model_free (PsmModel *m)
     m->mk[i]->destroy (m->metric[i]);
   if (m->head)
     m->hk->destroy (m->head);
+  if (m->dec)
+    m->dk->destroy (m->dec);
   if (m->enc)
     m->ek->destroy (m->enc);
   if (m->task)
     m->tk->destroy (m->task);
   psm_params_free (m->params);
   psm_graph_free (m->g);
+  psm_graph_free (m->gs);
   psm_batch_clear (&m->batch);
   g_free (m);
 }
 
+gboolean
+psm_model_save_task (PsmModel *m, const char *dir, GError **error)
+{
+  gboolean (*save) (void *, const char *, GError **) = PSM_CLASS_HOOK (m->tk, save);
+  return !save || save (m->task, dir, error);
+}
+
+/* Embeds the source and runs the encoder (and the decoder's prepare). */
 static void
-encode (PsmModel *m, PsmGraph *g, const PsmBatch *b, PsmEncoding *enc, PsmDecOut *out)
+encode (PsmModel *m, PsmGraph *g, const PsmBatch *b, PsmEncoding *enc)
 {
   PsmTensor *table = psm_param (g, m->params, m->emb_id);
   PsmTensor *x = psm_embedding (g, table, b->src, b->T * b->B);
@@ -201,12 +270,60 @@ encode (PsmModel *m, PsmGraph *g, const PsmBatch *b, PsmEncoding *enc, PsmDecOut
   enc->mask = b->src_mask;
   enc->src = b->src;
   m->ek->encode (m->enc, g, m->params, x, b->src_mask, enc);
-  /* No decoder: the head sees one step whose state is the summary. */
+  PsmTensor *(*prepare) (void *, PsmGraph *, PsmParams *, const PsmEncoding *) = m->dk ? PSM_CLASS_HOOK (m->dk, prepare) : NULL;
+  if (prepare)
+    enc->memo = prepare (m->dec, g, m->params, enc);
+}
+
+/* No decoder: the head sees one step whose state is the summary. */
+static void
+summary_step (PsmGraph *g, const PsmEncoding *enc, PsmDecOut *out)
+{
   memset (out, 0, sizeof *out);
   out->Ty = 1;
-  out->B = b->B;
-  int s3[3] = { 1, b->B, psm_tensor_cols (enc->summary) };
+  out->B = enc->B;
+  int s3[3] = { 1, enc->B, psm_tensor_cols (enc->summary) };
   out->state = psm_tensor_reshape (g, enc->summary, 3, s3);
+}
+
+/* Copies step t's output x [B, C] into the stack *seq [Ty, B, C], made at
+ * the first step. */
+static void
+stack_step (PsmGraph *g, PsmTensor **seq, int Ty, int t, PsmTensor *x)
+{
+  if (!x)
+    return;
+  if (!*seq) {
+    int shape[3] = { Ty, psm_tensor_rows (x), psm_tensor_cols (x) };
+    *seq = psm_tensor_new (g, 3, shape, x->grad != NULL);
+  }
+  psm_set_step (g, *seq, t, x);
+}
+
+/* Teacher forcing: the decoder over the Ty steps of b, inputs b->dec_in;
+ * step outputs stacked time-major for the head. */
+static void
+decode_forced (PsmModel *m, PsmGraph *g, const PsmBatch *b, const PsmEncoding *enc, PsmDecOut *out)
+{
+  PsmTensor *table = psm_param (g, m->params, m->tgt_emb_id);
+  int E = psm_tensor_cols (table);
+  PsmTensor *x = psm_embedding (g, table, b->dec_in, b->Ty * b->B);
+  int shape[3] = { b->Ty, b->B, E };
+  x = psm_tensor_reshape (g, x, 3, shape);
+  memset (out, 0, sizeof *out);
+  out->Ty = b->Ty;
+  out->B = b->B;
+  PsmTensor *carry = m->dk->init (m->dec, g, m->params, enc);
+  for (int t = 0; t < b->Ty; t++) {
+    PsmDecStep st = { 0 };
+    m->dk->step (m->dec, g, m->params, enc, carry, psm_tensor_step (g, x, t), &st);
+    stack_step (g, &out->state, b->Ty, t, st.state);
+    stack_step (g, &out->context, b->Ty, t, st.context);
+    stack_step (g, &out->attn, b->Ty, t, st.attn);
+    stack_step (g, &out->coverage, b->Ty, t, st.coverage);
+    stack_step (g, &out->input, b->Ty, t, st.input);
+    carry = st.carry;
+  }
 }
 
 gboolean
@@ -221,26 +338,331 @@ psm_model_loss (PsmModel *m, PsmGraph *g, const PsmBatch *b)
 {
   PsmEncoding enc;
   PsmDecOut out;
-  encode (m, g, b, &enc, &out);
+  encode (m, g, b, &enc);
+  if (m->dk)
+    decode_forced (m, g, b, &enc, &out);
+  else
+    summary_step (g, &enc, &out);
   return m->hk->loss (m->head, g, m->params, &enc, &out, b);
 }
 
+/* ---- decoding ---- */
+
+/* What one decoding step records for the JSON output: p_gen and the top
+ * attention positions of every row. */
+typedef struct {
+  PsmModel *m;
+  const PsmBatch *orig;
+  PsmBatch bx;              /* the source side repeated per beam */
+  PsmEncoding ex;
+  float *carry;             /* [n, K] between steps */
+  int carry_k, n, K;
+  gboolean record;
+  GArray *gate;             /* float [steps * n] */
+  GArray *top;              /* int32 [steps * n * attn_top] positions */
+} Dec;
+
+static int32_t
+dec_word (void *ud, int row, int32_t slot)
+{
+  Dec *d = ud;
+  return d->m->hk->slot_token (d->m->head, &d->bx, row, slot);
+}
+
+static const float *
+dec_step (void *ud, int n, const int32_t *parents, const int32_t *tokens, int *S, GError **error)
+{
+  Dec *d = ud;
+  PsmModel *m = d->m;
+  PsmGraph *g = m->gs;
+  psm_graph_reset (g);
+  PsmTensor *carry;
+  if (!parents) {
+    carry = m->dk->init (m->dec, g, m->params, &d->ex);
+    d->carry_k = psm_tensor_cols (carry);
+    d->carry = g_renew (float, d->carry, (size_t) n * d->carry_k);
+  } else {
+    int shape[2] = { n, d->carry_k };
+    carry = psm_gather_rows (g, psm_tensor_wrap (g, d->carry, NULL, 2, shape), parents, n);
+  }
+  int32_t *ids = psm_graph_alloc (g, n * sizeof (int32_t));
+  for (int r = 0; r < n; r++) {
+    int32_t w = tokens[r] < 0 ? m->info.bos_id : dec_word (d, r, tokens[r]);
+    ids[r] = w >= 0 && w < m->info.tgt_vocab ? w : m->info.unk_id >= 0 ? m->info.unk_id : m->info.bos_id;
+  }
+  PsmTensor *x = psm_embedding (g, psm_param (g, m->params, m->tgt_emb_id), ids, n);
+  PsmDecStep st = { 0 };
+  m->dk->step (m->dec, g, m->params, &d->ex, carry, x, &st);
+  if (psm_tensor_cols (st.carry) != d->carry_k || psm_tensor_rows (st.carry) != n) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "decoder plugin returned a carry of [%d, %d], expected [%d, %d]",
+                 psm_tensor_rows (st.carry), psm_tensor_cols (st.carry), n, d->carry_k);
+    return NULL;
+  }
+  memcpy (d->carry, st.carry->data, st.carry->n * sizeof (float));
+  PsmDecOut o = { 1, n, NULL, NULL, NULL, NULL, NULL };
+#define ONE_STEP(f)                                                               \
+  if (st.f) {                                                                     \
+    int sh[3] = { 1, n, psm_tensor_cols (st.f) };                                 \
+    o.f = psm_tensor_reshape (g, st.f, 3, sh);                                    \
+  }
+  ONE_STEP (state) ONE_STEP (context) ONE_STEP (attn) ONE_STEP (coverage) ONE_STEP (input)
+#undef ONE_STEP
+  PsmTensor *sc = m->hk->scores (m->head, g, m->params, &d->ex, &o, &d->bx);
+  if (d->record) {
+    PsmTensor *(*gate) (void *, PsmGraph *, PsmParams *, const PsmEncoding *, const PsmDecOut *, const PsmBatch *) =
+      PSM_CLASS_HOOK (m->hk, gate);
+    PsmTensor *gt = gate ? gate (m->head, g, m->params, &d->ex, &o, &d->bx) : NULL;
+    for (int r = 0; r < n; r++) {
+      float v = gt ? gt->data[r] : NAN;
+      g_array_append_val (d->gate, v);
+    }
+    int A = m->attn_top, T = d->ex.T;
+    for (int r = 0; r < n && A > 0; r++) {
+      int32_t best[64];
+      int k = 0;
+      for (int i = 0; i < T && st.attn; i++) {
+        const float *a = st.attn->data + (size_t) r * T;
+        if (k == A && a[i] <= a[best[A - 1]])
+          continue;
+        int j = k < A ? k++ : A - 1;
+        while (j > 0 && a[best[j - 1]] < a[i]) {
+          best[j] = best[j - 1];
+          j--;
+        }
+        best[j] = i;
+      }
+      for (int j = k; j < A; j++)
+        best[j] = -1;
+      g_array_append_vals (d->top, best, A);
+    }
+  }
+  *S = psm_tensor_cols (sc);
+  return sc->data;
+}
+
+/* Repeats every example's rows of x K times: rows (t, b) of a time-major
+ * [T, B, C] (T = 1 for batch-major [B, C]) become (t, b K + k). */
+static PsmTensor *
+repeat_rows (PsmGraph *g, PsmTensor *x, int T, int B, int K)
+{
+  if (!x)
+    return NULL;
+  int32_t *rows = psm_graph_alloc (g, (size_t) T * B * K * sizeof (int32_t));
+  for (int t = 0; t < T; t++)
+    for (int i = 0; i < B * K; i++)
+      rows[(size_t) t * B * K + i] = t * B + i / K;
+  PsmTensor *y = psm_gather_rows (g, x, rows, T * B * K);
+  int shape[3] = { T, B * K, psm_tensor_cols (x) };
+  return x->ndim == 3 ? psm_tensor_reshape (g, y, 3, shape) : y;
+}
+
+static void *
+repeat_array (PsmGraph *g, const void *src, size_t elem, int T, int B, int K)
+{
+  if (!src)
+    return NULL;
+  char *dst = psm_graph_alloc (g, (size_t) T * B * K * elem);
+  for (int t = 0; t < T; t++)
+    for (int i = 0; i < B * K; i++)
+      memcpy (dst + ((size_t) t * B * K + i) * elem, (const char *) src + ((size_t) t * B + i / K) * elem, elem);
+  return dst;
+}
+
+/* Decodes batch b into hyps[0..B) (beam search as decode.* says). */
+static gboolean
+decode_batch (PsmModel *m, const PsmBatch *b, Dec *d, PsmHyp *hyps, GError **error)
+{
+  PsmGraph *g = m->g;
+  int K = m->beam.beam, B = b->B, T = b->T;
+  PsmEncoding enc;
+  encode (m, g, b, &enc);
+  d->m = m;
+  d->orig = b;
+  d->K = K;
+  d->n = B * K;
+  PsmEncoding *ex = &d->ex;
+  *ex = enc;
+  ex->B = B * K;
+  ex->annotations = repeat_rows (g, enc.annotations, T, B, K);
+  ex->summary = repeat_rows (g, enc.summary, 1, B, K);
+  ex->memo = repeat_rows (g, enc.memo, T, B, K);
+  ex->mask = repeat_array (g, b->src_mask, sizeof (float), T, B, K);
+  ex->src = repeat_array (g, b->src, sizeof (int32_t), T, B, K);
+  PsmBatch *bx = &d->bx;
+  memset (bx, 0, sizeof *bx);
+  bx->size = sizeof *bx;
+  bx->B = bx->cap_B = B * K;
+  bx->T = bx->cap_T = T;
+  bx->Ty = bx->cap_Ty = 1;
+  bx->src = (int32_t *) ex->src;
+  bx->src_ext = repeat_array (g, b->src_ext, sizeof (int32_t), T, B, K);
+  bx->src_mask = (float *) ex->mask;
+  bx->ext_base = b->ext_base;
+  bx->oov_words = b->oov_words;
+  bx->example_id = repeat_array (g, b->example_id, sizeof (int32_t), 1, B, K);
+  PsmBeamFns f = { dec_step, dec_word, d };
+  return psm_beam_search (&m->beam, B, &f, hyps, error);
+}
+
+static void
+json_string (GString *s, const char *w)
+{
+  g_string_append_c (s, '"');
+  for (const char *c = w; *c; c++) {
+    if (*c == '"' || *c == '\\')
+      g_string_append_printf (s, "\\%c", *c);
+    else if ((unsigned char) *c < 0x20)
+      g_string_append_printf (s, "\\u%04x", *c);
+    else
+      g_string_append_c (s, *c);
+  }
+  g_string_append_c (s, '"');
+}
+
+/* Sequence outputs of one batch: decode, score, write. */
+static gboolean
+eval_sequences (PsmModel *m, const PsmBatch *b, const PsmEvalOptions *opt, double *gate_sum, long *gate_n,
+                GError **error)
+{
+  Dec d = { 0 };
+  d.record = (opt && opt->json) || PSM_CLASS_HOOK (m->hk, gate) != NULL;
+  d.gate = g_array_new (FALSE, FALSE, sizeof (float));
+  d.top = g_array_new (FALSE, FALSE, sizeof (int32_t));
+  PsmHyp *hyps = g_new0 (PsmHyp, b->B);
+  gboolean ok = decode_batch (m, b, &d, hyps, error);
+  GPtrArray *hw = g_ptr_array_new (), *rw = g_ptr_array_new ();
+  GArray *hid = g_array_new (FALSE, FALSE, sizeof (int32_t)), *rid = g_array_new (FALSE, FALSE, sizeof (int32_t));
+  GString *line = g_string_new (NULL);
+  for (int bi = 0; ok && bi < b->B; bi++) {
+    PsmHyp *h = &hyps[bi];
+    g_ptr_array_set_size (hw, 0);
+    g_ptr_array_set_size (rw, 0);
+    g_array_set_size (hid, 0);
+    g_array_set_size (rid, 0);
+    for (int i = 0; i < h->len; i++) {
+      int32_t w = m->hk->slot_token (m->head, &d.bx, h->rows[i], h->slots[i]);
+      g_array_append_val (hid, w);
+      g_ptr_array_add (hw, (gpointer) m->tk->token_text (m->task, b, bi, w));
+    }
+    for (int t = 0; b->tgt_ext && t < b->Ty; t++) {
+      int32_t w = PSM_AT (b->tgt_ext, b, t, bi);
+      if (PSM_AT (b->tgt_mask, b, t, bi) == 0.0f || w == m->info.eos_id)
+        continue;
+      g_array_append_val (rid, w);
+      g_ptr_array_add (rw, (gpointer) m->tk->token_text (m->task, b, bi, w));
+    }
+    PsmSeq hs = { h->len, (const int32_t *) hid->data, (const char *const *) hw->pdata };
+    PsmSeq rs = { (int) rid->len, (const int32_t *) rid->data, (const char *const *) rw->pdata };
+    for (int i = 0; i < m->n_metrics; i++)
+      if (m->mk[i]->add)
+        m->mk[i]->add (m->metric[i], &hs, &rs);
+    int steps = d.n ? (int) (d.gate->len / d.n) : 0;
+    for (int i = 0; i < h->len && i < steps; i++) {
+      float v = g_array_index (d.gate, float, (size_t) i * d.n + h->rows[i]);
+      if (isfinite (v)) {
+        *gate_sum += v;
+        (*gate_n)++;
+      }
+    }
+    if (opt && opt->out) {
+      g_string_truncate (line, 0);
+      for (int i = 0; i < h->len; i++)
+        g_string_append_printf (line, "%s%s", i ? " " : "", (const char *) hw->pdata[i]);
+      fprintf (opt->out, "%s\n", line->str);
+    }
+    if (opt && opt->ref) {
+      g_string_truncate (line, 0);
+      for (guint i = 0; i < rw->len; i++)
+        g_string_append_printf (line, "%s%s", i ? " " : "", (const char *) rw->pdata[i]);
+      fprintf (opt->ref, "%s\n", line->str);
+    }
+    if (opt && opt->json) {
+      g_string_truncate (line, 0);
+      g_string_append_printf (line, "{\"example\": %d, \"score\": %.6g, \"tokens\": [",
+                              b->example_id ? b->example_id[bi] : bi, h->score);
+      for (int i = 0; i < h->len; i++) {
+        g_string_append (line, i ? ", " : "");
+        json_string (line, hw->pdata[i]);
+      }
+      g_string_append (line, "], \"p_gen\": [");
+      for (int i = 0; i < h->len; i++) {
+        float v = i < steps ? g_array_index (d.gate, float, (size_t) i * d.n + h->rows[i]) : NAN;
+        g_string_append (line, i ? ", " : "");
+        if (isfinite (v))
+          g_string_append_printf (line, "%.4g", v);
+        else
+          g_string_append (line, "null");
+      }
+      g_string_append (line, "], \"attention\": [");
+      for (int i = 0; i < h->len && m->attn_top > 0; i++) {
+        g_string_append (line, i ? ", [" : "[");
+        const int32_t *tp = (const int32_t *) d.top->data + ((size_t) i * d.n + h->rows[i]) * m->attn_top;
+        for (int j = 0; j < m->attn_top && tp[j] >= 0; j++)
+          g_string_append_printf (line, j ? ", %d" : "%d", tp[j]);
+        g_string_append_c (line, ']');
+      }
+      g_string_append (line, "]}");
+      fprintf (opt->json, "%s\n", line->str);
+    }
+  }
+  for (int i = 0; i < b->B; i++)
+    psm_hyp_clear (&hyps[i]);
+  g_free (hyps);
+  g_free (d.carry);
+  g_array_unref (d.gate);
+  g_array_unref (d.top);
+  g_ptr_array_unref (hw);
+  g_ptr_array_unref (rw);
+  g_array_unref (hid);
+  g_array_unref (rid);
+  g_string_free (line, TRUE);
+  return ok;
+}
+
+/* One-step outputs (no decoder): the best slot against the first target. */
+static void
+eval_one_step (PsmModel *m, PsmGraph *g, const PsmBatch *b, const PsmEncoding *enc, const PsmDecOut *out, FILE *fout)
+{
+  PsmTensor *sc = m->hk->scores (m->head, g, m->params, enc, out, b);
+  int S = psm_tensor_cols (sc);
+  for (int bi = 0; bi < b->B; bi++) {
+    const float *row = sc->data + (size_t) bi * S;
+    int best = 0;
+    for (int s = 1; s < S; s++)
+      if (row[s] > row[best])
+        best = s;
+    int32_t hyp = m->hk->slot_token (m->head, b, bi, best);
+    int32_t ref = PSM_AT (b->tgt_ext, b, 0, bi);
+    const char *hw = m->tk->token_text (m->task, b, bi, hyp);
+    const char *rw = m->tk->token_text (m->task, b, bi, ref);
+    PsmSeq hs = { 1, &hyp, &hw }, rs = { 1, &ref, &rw };
+    for (int i = 0; i < m->n_metrics; i++)
+      if (m->mk[i]->add)
+        m->mk[i]->add (m->metric[i], &hs, &rs);
+    if (fout)
+      fprintf (fout, "%s\t%s\n", hw, rw);
+  }
+}
+
 gboolean
-psm_model_evaluate (PsmModel *m, PsmSplit split, long max_examples, FILE *fout,
-                    PsmEvalResult *res, GError **error)
+psm_model_evaluate (PsmModel *m, PsmSplit split, const PsmEvalOptions *opt, PsmEvalResult *res, GError **error)
 {
   memset (res, 0, sizeof *res);
   long n = m->tk->n_examples (m->task, split);
-  if (max_examples > 0 && max_examples < n)
-    n = max_examples;
+  if (opt && opt->max_examples > 0 && opt->max_examples < n)
+    n = opt->max_examples;
+  gboolean score = !m->dk || !opt || opt->decode;
   for (int i = 0; i < m->n_metrics; i++)
     m->mk[i]->reset (m->metric[i]);
   PsmGraph *g = m->g;
   psm_graph_set_grad (g, FALSE);
-  double loss_sum = 0.0, weight = 0.0;
+  double loss_sum = 0.0, weight = 0.0, gate_sum = 0.0;
+  long gate_n = 0;
   gboolean ok = TRUE;
-  for (long start = 0; start < n && ok; start += m->eval_batch) {
-    int B = (int) MIN ((long) m->eval_batch, n - start);
+  GTimer *timer = g_timer_new ();
+  int EB = m->dk && score ? MAX (1, m->eval_batch / MAX (m->beam.beam, 1)) : m->eval_batch;
+  for (long start = 0; start < n && ok; start += EB) {
+    int B = (int) MIN ((long) EB, n - start);
     if (!m->tk->eval_batch (m->task, split, (int) start, B, &m->batch, error) ||
         !psm_batch_validate (&m->batch, &m->info, B, m->task_name, error)) {
       ok = FALSE;
@@ -250,40 +672,41 @@ psm_model_evaluate (PsmModel *m, PsmSplit split, long max_examples, FILE *fout,
     psm_graph_reset (g);
     PsmEncoding enc;
     PsmDecOut out;
-    encode (m, g, b, &enc, &out);
+    encode (m, g, b, &enc);
+    if (m->dk)
+      decode_forced (m, g, b, &enc, &out);
+    else
+      summary_step (g, &enc, &out);
     PsmTensor *loss = m->hk->loss (m->head, g, m->params, &enc, &out, b);
     double w = 0.0;
     for (int i = 0; i < b->B * b->Ty; i++)
       w += b->tgt_mask[i];
     loss_sum += loss->data[0] * w;
     weight += w;
-    PsmTensor *sc = m->hk->scores (m->head, g, m->params, &enc, &out, b);
-    int S = psm_tensor_cols (sc);
-    for (int bi = 0; bi < b->B; bi++) {
-      const float *row = sc->data + (size_t) bi * S;
-      int best = 0;
-      for (int s = 1; s < S; s++)
-        if (row[s] > row[best])
-          best = s;
-      int32_t hyp = m->hk->slot_token (m->head, b, bi, best);
-      int32_t ref = PSM_AT (b->tgt_ext, b, 0, bi);
-      const char *hw = m->tk->token_text (m->task, b, bi, hyp);
-      const char *rw = m->tk->token_text (m->task, b, bi, ref);
-      PsmSeq hs = { 1, &hyp, &hw }, rs = { 1, &ref, &rw };
-      for (int i = 0; i < m->n_metrics; i++)
-        if (m->mk[i]->add)
-          m->mk[i]->add (m->metric[i], &hs, &rs);
-      if (fout)
-        fprintf (fout, "%s\t%s\n", hw, rw);
+    if (!m->dk) {
+      eval_one_step (m, g, b, &enc, &out, opt ? opt->out : NULL);
+    } else if (score) {
+      psm_graph_reset (g);
+      ok = eval_sequences (m, b, opt, &gate_sum, &gate_n, error);
+      if (ok && opt && opt->progress) {
+        double t = g_timer_elapsed (timer, NULL);
+        fprintf (stderr, "\rdecoded %ld/%ld  %.2f articles/s   ", start + B, n, (start + B) / MAX (t, 1e-9));
+      }
     }
     res->n_examples += b->B;
   }
+  if (m->dk && score && opt && opt->progress)
+    fprintf (stderr, "\n");
+  res->decode_seconds = g_timer_elapsed (timer, NULL);
+  g_timer_destroy (timer);
   psm_graph_reset (g);
+  psm_graph_reset (m->gs);
   psm_graph_set_grad (g, TRUE);
   if (!ok)
     return FALSE;
   res->loss = weight > 0 ? loss_sum / weight : 0.0;
-  for (int i = 0; i < m->n_metrics; i++) {
+  res->mean_gate = gate_n ? gate_sum / gate_n : NAN;
+  for (int i = 0; score && i < m->n_metrics; i++) {
     if (m->mk[i]->add_loss)
       m->mk[i]->add_loss (m->metric[i], loss_sum, (long) weight);
     PsmMetricReport *r = &res->metrics[i];
@@ -301,8 +724,8 @@ psm_model_evaluate (PsmModel *m, PsmSplit split, long max_examples, FILE *fout,
       return FALSE;
     }
   }
-  res->n_metrics = m->n_metrics;
-  if (m->n_metrics && res->metrics[0].n) {
+  res->n_metrics = score ? m->n_metrics : 0;
+  if (res->n_metrics && res->metrics[0].n) {
     res->primary = res->metrics[0].values[0];
     res->higher_is_better = m->mk[0]->higher_is_better;
   } else {

@@ -13,6 +13,7 @@
 static const PsmParamSpec embedding_spec[] = {
   { "dim", PSM_PARAM_INT, "128", 1, 16384, "token embedding size", NULL },
   { "init_scale", PSM_PARAM_FLOAT, "0.1", 0, 10, "embeddings start U(-s, s)", NULL },
+  { "tie", PSM_PARAM_BOOL, "false", PSM_NO_RANGE, "decoder inputs use the source table (equal vocabularies)", NULL },
   PSM_PARAM_END
 };
 
@@ -45,6 +46,17 @@ static const PsmParamSpec eval_spec[] = {
   PSM_PARAM_END
 };
 
+static const PsmParamSpec decode_spec[] = {
+  { "beam", PSM_PARAM_INT, "4", 1, 256, "hypotheses kept per article (1 = greedy)", NULL },
+  { "min_len", PSM_PARAM_INT, "0", 0, 4096, "fewest tokens of an output, its end counted", NULL },
+  { "max_len", PSM_PARAM_INT, "100", 1, 4096, "most tokens of an output", NULL },
+  { "length_penalty", PSM_PARAM_FLOAT, "1", 0, 10, "rank by log p / length^a (1: mean log p, 0: sum)", NULL },
+  { "block_ngram", PSM_PARAM_INT, "0", 0, 16, "never repeat an n-gram of this length (0 = off)", NULL },
+  { "no_unk", PSM_PARAM_BOOL, "false", PSM_NO_RANGE, "never emit the unknown word", NULL },
+  { "attn_top", PSM_PARAM_INT, "3", 0, 64, "attention positions per token in --json output", NULL },
+  PSM_PARAM_END
+};
+
 static const PsmParamSpec run_spec[] = {
   { "dir", PSM_PARAM_STRING, "", PSM_NO_RANGE, "run folder (default runs/<pipeline name>)", NULL },
   PSM_PARAM_END
@@ -55,6 +67,7 @@ static const PsmCoreSection core_sections[] = {
   { "train", "training loop", train_spec },
   { "train.optimizer", "optimiser", optimizer_spec },
   { "eval", "evaluation", eval_spec },
+  { "decode", "decoding (pipelines with a decoder)", decode_spec },
   { "run", "run folder", run_spec },
   { NULL, NULL, NULL }
 };
@@ -282,7 +295,7 @@ psm_pipeline_load (const char *file, const char *const *sets, GError **error)
 
   GPtrArray *errors = g_ptr_array_new_with_free_func (g_free);
   GError *plugin_error = NULL;
-  const char *top[] = { "task", "model", "train", "eval", "metrics", "run", NULL };
+  const char *top[] = { "task", "model", "train", "eval", "decode", "metrics", "run", NULL };
   check_keys (file, config_root_setting (&pl->cfg), "", top, errors);
   const char *model_keys[] = { "embedding", "encoder", "decoder", "head", NULL };
   config_setting_t *model = lookup (&pl->cfg, "model");

@@ -219,9 +219,11 @@ load_locked (const char *path, GError **error)
     dlclose (h);
     return NULL;
   }
-  /* The class struct starts with its size; it must cover this psm's. */
-  static const guint32 class_sizes[] = { 0, sizeof (PsmEncoderClass), sizeof (PsmDecoderClass),
-                                         sizeof (PsmHeadClass), sizeof (PsmTaskClass),
+  /* The class struct starts with its size; it must cover every hook of
+   * ABI 1.0 (hooks appended since are optional: the core reads them only
+   * when the size covers them, PSM_CLASS_HAS). */
+  static const guint32 class_sizes[] = { 0, sizeof (PsmEncoderClass), offsetof (PsmDecoderClass, prepare),
+                                         sizeof (PsmHeadClass), offsetof (PsmTaskClass, save),
                                          sizeof (PsmMetricClass) };
   guint32 csize = *(const guint32 *) d->klass;
   if (csize < class_sizes[d->kind]) {

@@ -242,6 +242,8 @@ PsmBatch *psm_model_batch (PsmModel *m);
 PsmPipeline *psm_model_pipeline (PsmModel *m);
 /* The task's next training batch of B into psm_model_batch (m), validated. */
 gboolean psm_model_train_batch (PsmModel *m, int B, PsmRng *rng, GError **error);
+/* The task's save() into a new run folder (no-op without the hook). */
+gboolean psm_model_save_task (PsmModel *m, const char *dir, GError **error);
 
 /* What the core accepts from a task plugin (core/psm-batch.c): the sizes it
  * declares, and every batch it returns (ids inside the vocabularies, lengths

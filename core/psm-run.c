@@ -164,7 +164,7 @@ psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error)
     printf ("resumed %s at step %ld\n", last, meta.step);
   } else {
     meta.best_metric = NAN;
-    if (!psm_pipeline_write (pl, cfg_path, error))
+    if (!psm_pipeline_write (pl, cfg_path, error) || !psm_model_save_task (m, dir, error))
       goto out;
   }
   log = fopen (log_path, opt->resume ? "a" : "w");
@@ -258,8 +258,11 @@ psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error)
       t_win = now;
     }
     if (done % eval_every == 0 || done == steps) {
+      /* Sequence models validate on the loss (decoding every validation
+       * would cost more than the training between them). */
       PsmEvalResult r;
-      if (!psm_model_evaluate (m, PSM_SPLIT_VALID, valid_n, NULL, &r, error))
+      PsmEvalOptions vo = { valid_n, FALSE, NULL, NULL, NULL, FALSE };
+      if (!psm_model_evaluate (m, PSM_SPLIT_VALID, &vo, &r, error))
         goto out_timer;
       if (!isfinite (r.loss)) {
         g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
@@ -307,8 +310,30 @@ split_name (PsmSplit s)
   return s == PSM_SPLIT_TRAIN ? "train" : s == PSM_SPLIT_VALID ? "valid" : "test";
 }
 
+static FILE *
+open_output (const char *dir, const char *name, const char *split, const char *ext, char **path, GError **error)
+{
+  *path = g_strdup_printf ("%s/%s.%s.%s", dir, name, split, ext);
+  FILE *f = fopen (*path, "w");
+  if (!f)
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: cannot write: %s", *path, g_strerror (errno));
+  return f;
+}
+
+static gboolean
+close_output (FILE *f, const char *path, gboolean ok, GError **error)
+{
+  if (!f)
+    return ok;
+  gboolean written = !ferror (f) && fflush (f) == 0;
+  written = fclose (f) == 0 && written;
+  if (!written && ok)
+    return write_failed (error, path);
+  return ok;
+}
+
 gboolean
-psm_run_eval (PsmModel *m, PsmSplit split, gboolean write_decodes, GError **error)
+psm_run_eval (PsmModel *m, PsmSplit split, gboolean write_decodes, gboolean json, GError **error)
 {
   PsmPipeline *pl = psm_model_pipeline (m);
   const char *dir = psm_pipeline_run_dir (pl);
@@ -328,47 +353,57 @@ psm_run_eval (PsmModel *m, PsmSplit split, gboolean write_decodes, GError **erro
     g_free (path);
     return FALSE;
   }
-  FILE *out = NULL;
-  char *out_path = NULL;
+  gboolean seq = psm_model_has_decoder (m);
+  const char *sn = split_name (split);
+  PsmEvalOptions eo = { 0, TRUE, NULL, NULL, NULL, isatty (2) };
+  char *out_path = NULL, *ref_path = NULL, *json_path = NULL;
+  gboolean ok = TRUE;
   if (write_decodes) {
-    out_path = g_strdup_printf ("%s/decode.%s.txt", dir, split_name (split));
-    out = fopen (out_path, "w");
-    if (!out) {
-      g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: %s", out_path, g_strerror (errno));
-      g_free (out_path);
-      g_free (path);
-      return FALSE;
+    eo.out = open_output (dir, "decode", sn, "txt", &out_path, error);
+    ok = eo.out != NULL;
+    if (ok && seq) {
+      eo.ref = open_output (dir, "reference", sn, "txt", &ref_path, error);
+      ok = eo.ref != NULL;
+    }
+    if (ok && seq && json) {
+      eo.json = open_output (dir, "decode", sn, "jsonl", &json_path, error);
+      ok = eo.json != NULL;
     }
   }
   PsmEvalResult r;
-  GTimer *t = g_timer_new ();
-  gboolean ok = psm_model_evaluate (m, split, 0, out, &r, error);
-  double secs = g_timer_elapsed (t, NULL);
-  g_timer_destroy (t);
-  gboolean written = TRUE;
-  if (out) {
-    written = !ferror (out) && fflush (out) == 0;
-    written = fclose (out) == 0 && written;
-  }
-  if (!written && ok)
-    ok = write_failed (error, out_path);
+  if (ok)
+    ok = psm_model_evaluate (m, split, &eo, &r, error);
+  ok = close_output (eo.out, out_path, ok, error);
+  ok = close_output (eo.ref, ref_path, ok, error);
+  ok = close_output (eo.json, json_path, ok, error);
   if (ok) {
-    char *what = g_strdup_printf ("%s (%s)", split_name (split), path);
+    char *what = g_strdup_printf ("%s (%s)", sn, path);
     print_eval (what, meta.step, &r, FALSE);
     g_free (what);
+    if (seq)
+      printf ("%ld articles in %.1f s (%.2f articles/s, beam %d)%s", r.n_examples, r.decode_seconds,
+              r.n_examples / MAX (r.decode_seconds, 1e-9),
+              (int) psm_section_int (psm_pipeline_section (pl, "decode"), "beam"), isnan (r.mean_gate) ? "\n" : "");
+    if (seq && !isnan (r.mean_gate))
+      printf (", mean p_gen %.3f\n", r.mean_gate);
     char *log_path = g_build_filename (dir, "log.jsonl", NULL);
     FILE *log = fopen (log_path, "a");
     if (!log) {
       ok = write_failed (error, log_path);
     } else {
-      ok = json_eval (log, log_path, meta.step, split_name (split), secs, &r, error);
+      ok = json_eval (log, log_path, meta.step, sn, r.decode_seconds, &r, error);
       if (fclose (log) != 0 && ok)
         ok = write_failed (error, log_path);
     }
     g_free (log_path);
-    if (ok && out_path)
+    if (ok && out_path && seq)
+      printf ("summaries written to %s (references: %s%s%s)\n", out_path, ref_path, json_path ? "; per token: " : "",
+              json_path ? json_path : "");
+    else if (ok && out_path)
       printf ("decodes written to %s (hypothesis<TAB>reference)\n", out_path);
   }
+  g_free (ref_path);
+  g_free (json_path);
   g_free (out_path);
   g_free (path);
   return ok;
@@ -429,7 +464,8 @@ psm_run_check (PsmModel *m, GError **error)
 
   /* Decode/evaluate the (tiny) validation split. */
   PsmEvalResult r;
-  if (!psm_model_evaluate (m, PSM_SPLIT_VALID, 64, NULL, &r, error)) {
+  PsmEvalOptions eo = { psm_model_has_decoder (m) ? 4 : 64, TRUE, NULL, NULL, NULL, FALSE };
+  if (!psm_model_evaluate (m, PSM_SPLIT_VALID, &eo, &r, error)) {
     psm_optim_free (optim);
     return FALSE;
   }
@@ -459,7 +495,7 @@ psm_run_check (PsmModel *m, GError **error)
                back.step != steps || memcmp (&back.rng, &rng, sizeof rng) != 0))
       ok = check_fail (error, "checkpoint round-trip changed the parameters or the run state");
     PsmEvalResult r2;
-    if (ok && !psm_model_evaluate (m, PSM_SPLIT_VALID, 64, NULL, &r2, error))
+    if (ok && !psm_model_evaluate (m, PSM_SPLIT_VALID, &eo, &r2, error))
       ok = FALSE;
     if (ok && r2.loss != r.loss)
       ok = check_fail (error, "validation loss differs after the checkpoint round-trip");

@@ -10,7 +10,7 @@
 char *openblas_get_corename (void);   /* OpenBLAS extension, in its cblas.h */
 
 static gchar **opt_set;
-static gboolean opt_resume, opt_check, opt_list, opt_quiet, opt_version;
+static gboolean opt_resume, opt_check, opt_list, opt_quiet, opt_version, opt_json;
 static gchar *opt_mode, *opt_split;
 
 static GOptionEntry entries[] = {
@@ -24,6 +24,8 @@ static GOptionEntry entries[] = {
     "Parse, validate, build, train a few steps on tiny data, decode, round-trip a checkpoint; write nothing", NULL },
   { "list", 'l', 0, G_OPTION_ARG_NONE, &opt_list, "List every plugin and core section with its parameters", NULL },
   { "quiet", 'q', 0, G_OPTION_ARG_NONE, &opt_quiet, "Only print results and errors", NULL },
+  { "json", 0, 0, G_OPTION_ARG_NONE, &opt_json,
+    "decode: also write DIR/decode.SPLIT.jsonl (tokens, p_gen, top attention positions)", NULL },
   { "version", 0, 0, G_OPTION_ARG_NONE, &opt_version, "Print the version", NULL },
   { NULL }
 };
@@ -168,11 +170,11 @@ main (int argc, char **argv)
       ok = psm_train (m, &to, &e);
     }
     if (ok && strcmp (mode, "all") == 0)
-      ok = psm_run_eval (m, PSM_SPLIT_TEST, FALSE, &e);
+      ok = psm_run_eval (m, PSM_SPLIT_TEST, FALSE, FALSE, &e);
     if (ok && strcmp (mode, "eval") == 0)
-      ok = psm_run_eval (m, split, FALSE, &e);
+      ok = psm_run_eval (m, split, FALSE, FALSE, &e);
     if (ok && strcmp (mode, "decode") == 0)
-      ok = psm_run_eval (m, split, TRUE, &e);
+      ok = psm_run_eval (m, split, TRUE, opt_json, &e);
   }
   psm_model_free (m);
   psm_pipeline_free (pl);

@@ -1,6 +1,11 @@
 /* psm-decoder.h — decoder-cell plugins: one target step at a time.
  * Attention and coverage live here. The recurrent state ("carry") is one
- * batch-major tensor [B, K] so the core can reorder beams with a row gather.
+ * batch-major tensor [B, K] so the core can reorder beams with a row gather;
+ * K may depend on the source length T (a coverage vector is part of it).
+ * The core runs the loop: teacher-forced over the Ty target steps in
+ * training (inputs batch->dec_in), and greedy or beam search in decoding,
+ * where the rows of the encoding are repeated per beam. A step's outputs
+ * are copied into the time-major PsmDecOut the head sees.
  * Pipelines without a decoder (the rarest-word task) hand the head the
  * encoder summary as a single step. */
 #ifndef PSM_DECODER_H
@@ -30,6 +35,9 @@ typedef struct {
   /* One step from carry with input embedding in [B, E]. */
   void (*step) (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc,
                 PsmTensor *carry, PsmTensor *in, PsmDecStep *out);
+  /* ABI 1.2, optional: computed once per encoding, before init, and handed
+   * to init and every step as enc->memo; must be time-major [T, B, A]. */
+  PsmTensor *(*prepare) (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc);
 } PsmDecoderClass;
 
 G_END_DECLS

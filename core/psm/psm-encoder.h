@@ -12,6 +12,10 @@ typedef struct {
   PsmTensor *summary;       /* [B, Hs] */
   const float *mask;        /* [T, B], 1 real token; never NULL */
   const int32_t *src;       /* [T, B] source ids, for heads that need them */
+  /* ABI 1.2: what the decoder's prepare() computed once per article (e.g.
+   * W_h h_i of additive attention), time-major [T, B, A] like the
+   * annotations so the core can expand it to beams; NULL without. */
+  PsmTensor *memo;
 } PsmEncoding;
 
 typedef struct {

@@ -43,6 +43,11 @@ typedef struct {
   PsmTensor *(*input_embedding) (void *self, PsmGraph *g, PsmParams *p,
                                  const PsmEncoding *enc, const PsmBatch *batch,
                                  const int32_t *rows, const int32_t *slots, int n);
+  /* ABI 1.2, optional: [B, 1] probability of generating from the shortlist
+   * at one step (out->Ty == 1): See's p_gen, Gulcehre's switch. For the
+   * decoder's JSON output and the mean p_gen of evaluations. */
+  PsmTensor *(*gate) (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc,
+                      const PsmDecOut *out, const PsmBatch *batch);
 } PsmHeadClass;
 
 G_END_DECLS

@@ -58,12 +58,29 @@ typedef struct {
   int n_metrics;
   double primary;          /* first value of the first metric, else loss */
   gboolean higher_is_better;
+  double mean_gate;        /* mean p_gen of the decoded tokens (NaN: none) */
+  double decode_seconds;   /* wall time of the evaluation */
 } PsmEvalResult;
 
-/* Evaluates a split (max_examples <= 0: all). If out is not NULL, writes
- * "hypothesis<TAB>reference" lines of text to it. */
-gboolean psm_model_evaluate (PsmModel *m, PsmSplit split, long max_examples, FILE *out,
+typedef struct {
+  long max_examples;       /* <= 0: the whole split */
+  /* Pipelines with a decoder: decode (decode.* settings) and feed the
+   * metrics; FALSE: the loss only, which is then the primary value.
+   * Without a decoder the one-step prediction is always scored. */
+  gboolean decode;
+  FILE *out;               /* hypotheses: "hypothesis<TAB>reference" lines
+                              without a decoder, one decoded text a line with */
+  FILE *ref;               /* decoder pipelines: the references, one a line */
+  FILE *json;              /* decoder pipelines: one JSON line per output
+                              (tokens, p_gen, top attention positions) */
+  gboolean progress;       /* articles/s on stderr while decoding */
+} PsmEvalOptions;
+
+/* Evaluates a split as opt says (NULL: everything scored, nothing written). */
+gboolean psm_model_evaluate (PsmModel *m, PsmSplit split, const PsmEvalOptions *opt,
                              PsmEvalResult *res, GError **error);
+/* Whether the pipeline has a decoder cell (sequence outputs). */
+gboolean psm_model_has_decoder (PsmModel *m);
 
 /* ---- runs ---- */
 typedef struct {
@@ -83,7 +100,9 @@ typedef enum {
  * DIR/best.ckpt; DIR/last.ckpt holds the latest state (for --resume). */
 gboolean psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error);
 /* Loads DIR/best.ckpt (else last.ckpt) and evaluates split; prints metrics. */
-gboolean psm_run_eval (PsmModel *m, PsmSplit split, gboolean write_decodes, GError **error);
+/* write_decodes: DIR/decode.SPLIT.txt (and, with a decoder, the references
+ * in DIR/reference.SPLIT.txt and, with json, DIR/decode.SPLIT.jsonl). */
+gboolean psm_run_eval (PsmModel *m, PsmSplit split, gboolean write_decodes, gboolean json, GError **error);
 /* psm-run --check: build, a few steps on tiny data, decode, checkpoint
  * round-trip. Prints one line per stage. */
 gboolean psm_run_check (PsmModel *m, GError **error);

@@ -14,9 +14,12 @@ G_BEGIN_DECLS
 /* History. 1.0: first release. 1.1: psm_memory_limit(), psm_optim_config()
  * and PSM_PLUGIN_ERROR_CLASS added; the loader refuses classes with NULL
  * required hooks and malformed parameter tables (plugins built for 1.0 that
- * pass those checks still load). */
+ * pass those checks still load). 1.2: the decoder loop — appended
+ * PsmEncoding.memo and PsmDecoderClass.prepare (per-article tensors of the
+ * decoder computed once, expanded to beams by the core), PsmTaskCtx.run_dir,
+ * PsmTaskClass.save and .text_batch, and the pointer ops of psm-ops.h. */
 #define PSM_ABI_MAJOR 1
-#define PSM_ABI_MINOR 1
+#define PSM_ABI_MINOR 2
 #define PSM_PLUGIN_ENTRY_SYMBOL "psm_plugin_entry"
 
 typedef enum {
@@ -40,6 +43,11 @@ typedef struct {
 } PsmPluginDesc;
 
 typedef const PsmPluginDesc *(*PsmPluginEntry) (void);
+
+/* Whether a class struct (starting with its size) has an appended hook: a
+ * plugin built for an older minor ABI does not, and the hook counts as NULL. */
+#define PSM_CLASS_HOOK(klass, field) \
+  ((klass)->size >= G_STRUCT_OFFSET (__typeof__ (*(klass)), field) + sizeof ((klass)->field) ? (klass)->field : NULL)
 
 #define PSM_PLUGIN(kind_, name_, desc_, params_, init_, klass_)                 \
   G_MODULE_EXPORT const PsmPluginDesc *psm_plugin_entry (void);                \

@@ -13,6 +13,10 @@ typedef struct {
   guint32 size;
   guint64 seed;         /* train.seed; fixed eval sets derive from it or own seeds */
   gboolean check;       /* --check: keep every split tiny */
+  /* ABI 1.2: the run folder, where save() wrote what must be reused (a
+   * vocabulary built from the training data); read it from there when it
+   * exists. NULL under --check. */
+  const char *run_dir;
 } PsmTaskCtx;
 
 typedef struct {
@@ -28,6 +32,13 @@ typedef struct {
   /* Text of word id (extended space) for example b of batch; owned by the
    * task or the batch. */
   const char *(*token_text) (void *self, const PsmBatch *batch, int b, int32_t id);
+  /* ABI 1.2, optional: write into the new run folder `dir` whatever eval,
+   * decode and resume must reuse (create() reads it back from run_dir). */
+  gboolean (*save) (void *self, const char *dir, GError **error);
+  /* ABI 1.2, optional: a batch (source side only) from n raw source texts,
+   * prepared as the training data was (tokenised, lower-cased); decoding
+   * user input. */
+  gboolean (*text_batch) (void *self, const char *const *texts, int n, PsmBatch *out, GError **error);
 } PsmTaskClass;
 
 G_END_DECLS

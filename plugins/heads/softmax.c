@@ -64,7 +64,7 @@ sm_scores (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const 
 static int32_t sm_slot_token (void *self, const PsmBatch *batch, int b, int slot) { return slot; }
 
 static const PsmHeadClass klass = {
-  sizeof (PsmHeadClass), sm_create, sm_destroy, sm_loss, sm_space, sm_scores, sm_slot_token, NULL
+  sizeof (PsmHeadClass), sm_create, sm_destroy, sm_loss, sm_space, sm_scores, sm_slot_token, NULL, NULL
 };
 
 PSM_PLUGIN (PSM_KIND_HEAD, "softmax", "softmax over the shortlist vocabulary (the baseline)", params, NULL, &klass)
