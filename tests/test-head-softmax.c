@@ -88,7 +88,7 @@ START_TEST (test_bad_config)
   char *errs = NULL;
   ck_assert (!psm_test_section ("plugin = \"softmax\";\n  hidden = -1;\n  hiden = 3;", "model.head", d->params, &errs));
   ck_assert_msg (strstr (errs, "inline.cfg:3: model.head.hidden: value -1 out of range (expected [0, 16384])"), "%s", errs);
-  ck_assert_msg (strstr (errs, "inline.cfg:4: model.head.hiden: unknown key (known keys: hidden, plugin)"), "%s", errs);
+  ck_assert_msg (strstr (errs, "inline.cfg:4: model.head.hiden: unknown key (known keys: hidden, activation, plugin)"), "%s", errs);
   g_free (errs);
 }
 END_TEST

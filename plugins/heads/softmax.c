@@ -1,16 +1,22 @@
 /* softmax — the plain output layer: p(y | s) = softmax(u W + b) over the
- * shortlist, with u = s, or u = tanh(s W_u + b_u) with `hidden` > 0 (the
- * deep output of Bahdanau et al. / Gulcehre et al. eq. 3). Loss: mean
- * cross-entropy of the shortlist target (unk where the word is outside). */
+ * shortlist, with u = s, or u = f(s W_u + b_u) with `hidden` > 0 (f = tanh:
+ * the deep output of Bahdanau et al. / Gulcehre et al. eq. 3; f = linear:
+ * See et al.'s baseline, P_vocab = softmax(V'(V [s_t; h*_t] + b) + b'),
+ * eq. 4). With a decoder that has a context h*_t, s is [s_t; h*_t]. Loss:
+ * mean cross-entropy of the shortlist target (unk where the word is
+ * outside). */
 #include <psm/psm.h>
+#include <string.h>
 
 typedef struct {
   int H, V, hidden;
+  gboolean linear, with_context;
   int w_u, b_u, w_o, b_o;
 } Softmax;
 
 static const PsmParamSpec params[] = {
-  { "hidden", PSM_PARAM_INT, "0", 0, 16384, "tanh layer before the softmax (0 = none)", NULL },
+  { "hidden", PSM_PARAM_INT, "0", 0, 16384, "layer before the softmax (0 = none)", NULL },
+  { "activation", PSM_PARAM_CHOICE, "tanh", PSM_NO_RANGE, "of that layer (linear: See et al.'s eq. 4)", "tanh|linear" },
   PSM_PARAM_END
 };
 
@@ -18,7 +24,9 @@ static void *
 sm_create (const PsmSection *cfg, const PsmBuildCtx *ctx, GError **error)
 {
   Softmax *s = g_new0 (Softmax, 1);
-  s->H = ctx->state_dim;
+  s->with_context = ctx->context_dim > 0;
+  s->H = ctx->state_dim + (s->with_context ? ctx->context_dim : 0);
+  s->linear = strcmp (psm_section_string (cfg, "activation"), "linear") == 0;
   s->V = ctx->task->tgt_vocab;
   s->hidden = (int) psm_section_int (cfg, "hidden");
   int in = s->H;
@@ -35,11 +43,14 @@ sm_create (const PsmSection *cfg, const PsmBuildCtx *ctx, GError **error)
 static void sm_destroy (void *self) { g_free (self); }
 
 static PsmTensor *
-logits (Softmax *s, PsmGraph *g, PsmParams *p, PsmTensor *state)
+logits (Softmax *s, PsmGraph *g, PsmParams *p, PsmTensor *state, PsmTensor *context)
 {
-  PsmTensor *u = state;
-  if (s->hidden)
-    u = psm_tanh (g, psm_linear (g, u, psm_param (g, p, s->w_u), psm_param (g, p, s->b_u)));
+  PsmTensor *u = s->with_context ? psm_concat (g, state, context) : state;
+  if (s->hidden) {
+    u = psm_linear (g, u, psm_param (g, p, s->w_u), psm_param (g, p, s->b_u));
+    if (!s->linear)
+      u = psm_tanh (g, u);
+  }
   return psm_linear (g, u, psm_param (g, p, s->w_o), psm_param (g, p, s->b_o));
 }
 
@@ -48,7 +59,7 @@ sm_loss (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const Ps
          const PsmBatch *batch)
 {
   /* All Ty steps in one GEMM: rows of [Ty, B, V] follow tgt's [Ty, B]. */
-  return psm_cross_entropy (g, logits (self, g, p, out->state), batch->tgt, batch->tgt_mask);
+  return psm_cross_entropy (g, logits (self, g, p, out->state, out->context), batch->tgt, batch->tgt_mask);
 }
 
 static int sm_space (void *self, const PsmBatch *batch) { return ((Softmax *) self)->V; }
@@ -57,7 +68,9 @@ static PsmTensor *
 sm_scores (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const PsmDecOut *out,
            const PsmBatch *batch)
 {
-  PsmTensor *l = logits (self, g, p, psm_tensor_step (g, out->state, 0));
+  Softmax *s = self;
+  PsmTensor *l = logits (s, g, p, psm_tensor_step (g, out->state, 0),
+                         s->with_context ? psm_tensor_step (g, out->context, 0) : NULL);
   return psm_log_softmax (g, l);
 }
 

@@ -1,0 +1,117 @@
+/* lstm_attn — See et al. 2017's decoder cell (§2, §2.3; their code for what
+ * the paper leaves open). Carry [B, 2H + C (+ T)] = [h; c; h*_(t-1) (; c_t)].
+ *   x_t = [y_(t-1) embedded; h*_(t-1)] W_in + b_in         (the cell's input)
+ *   (h_t, c_t) = LSTM(x_t W_x + b_x, h_(t-1), c_(t-1))     (fused cell)
+ *   e_i = v . tanh(W_h h_i + W_s [h_t; c_t] + w_c c_i + b_attn)   (eq. 1, 11)
+ *   a = masked softmax(e), h*_t = sum_i a_i h_i                   (eq. 2, 3)
+ *   coverage c_(t+1) = c_t + a_t, c_0 = 0                          (eq. 10)
+ * W_h h_i is computed once per article (prepare). The head sees s_t = h_t,
+ * h*_t as context, x_t as the step's input, a_t and c_t (the coverage before
+ * this step, for the coverage loss). The initial (h, c) is the encoder's
+ * summary [h0; c0], h*_0 = 0. w_c exists with coverage off (and stays 0):
+ * a checkpoint trained without coverage continues with it (See §5: the
+ * coverage phase starts from the converged model). */
+#include <psm/psm.h>
+
+typedef struct {
+  int E, H, C, A;
+  gboolean coverage;
+  int w_in, b_in, w_x, b_x, w_h, w_enc, w_dec, b_attn, v, w_c;
+} LstmAttn;
+
+static const PsmParamSpec params[] = {
+  { "hidden", PSM_PARAM_INT, "0", 0, 16384, "hidden units H (0 = half the encoder summary)", NULL },
+  { "attn_dim", PSM_PARAM_INT, "0", 0, 16384, "attention size (0 = the annotation size, as See's code)", NULL },
+  { "coverage", PSM_PARAM_BOOL, "false", PSM_NO_RANGE, "coverage vector as an attention input (See §2.3)", NULL },
+  PSM_PARAM_END
+};
+
+static void *
+la_create (const PsmSection *cfg, const PsmBuildCtx *ctx, GError **error)
+{
+  int H = (int) psm_section_int (cfg, "hidden");
+  if (!H)
+    H = ctx->summary_dim / 2;
+  if (ctx->enc_dim <= 0 || ctx->summary_dim != 2 * H) {
+    g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID,
+                 "%s: the decoder's initial (h, c) is the encoder summary, which has %d values, so hidden must be "
+                 "%d (the encoder gives annotations of %d)", psm_section_where (cfg, "hidden"), ctx->summary_dim,
+                 ctx->summary_dim / 2, ctx->enc_dim);
+    return NULL;
+  }
+  LstmAttn *s = g_new0 (LstmAttn, 1);
+  s->E = ctx->emb_dim;
+  s->H = H;
+  s->C = ctx->enc_dim;
+  s->A = (int) psm_section_int (cfg, "attn_dim");
+  if (!s->A)
+    s->A = s->C;
+  s->coverage = psm_section_bool (cfg, "coverage");
+  s->w_in = psm_build_matrix (ctx, "w_in", s->E + s->C, s->E, PSM_INIT_XAVIER, 0);
+  s->b_in = psm_build_vector (ctx, "b_in", s->E, PSM_INIT_ZEROS, 0);
+  s->w_x = psm_build_matrix (ctx, "w_x", s->E, 4 * H, PSM_INIT_XAVIER, 0);
+  s->b_x = psm_build_vector (ctx, "b_x", 4 * H, PSM_INIT_ZEROS, 0);
+  s->w_h = psm_build_matrix (ctx, "w_h", H, 4 * H, PSM_INIT_ORTHOGONAL, 0);
+  s->w_enc = psm_build_matrix (ctx, "w_enc", s->C, s->A, PSM_INIT_XAVIER, 0);
+  s->w_dec = psm_build_matrix (ctx, "w_dec", 2 * H, s->A, PSM_INIT_XAVIER, 0);
+  s->b_attn = psm_build_vector (ctx, "b_attn", s->A, PSM_INIT_ZEROS, 0);
+  s->v = psm_build_vector (ctx, "v", s->A, PSM_INIT_UNIFORM, 0.1f);
+  s->w_c = psm_build_vector (ctx, "w_c", s->A, PSM_INIT_ZEROS, 0);
+  return s;
+}
+
+static void la_destroy (void *self) { g_free (self); }
+static int la_state_dim (void *self) { return ((LstmAttn *) self)->H; }
+static int la_context_dim (void *self) { return ((LstmAttn *) self)->C; }
+static gboolean la_has_attention (void *self) { return TRUE; }
+
+static PsmTensor *
+la_prepare (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc)
+{
+  LstmAttn *s = self;
+  return psm_linear (g, enc->annotations, psm_param (g, p, s->w_enc), NULL);
+}
+
+static PsmTensor *
+la_init (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc)
+{
+  LstmAttn *s = self;
+  int sh[2] = { enc->B, s->C + (s->coverage ? enc->T : 0) };
+  return psm_concat (g, enc->summary, psm_tensor_zeros (g, 2, sh, FALSE));
+}
+
+static void
+la_step (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, PsmTensor *carry, PsmTensor *in,
+         PsmDecStep *out)
+{
+  LstmAttn *s = self;
+  int H = s->H, C = s->C;
+  PsmTensor *h = psm_slice (g, carry, 0, H), *c = psm_slice (g, carry, H, H);
+  PsmTensor *prev = psm_slice (g, carry, 2 * H, C);
+  PsmTensor *cov = s->coverage ? psm_slice (g, carry, 2 * H + C, enc->T) : NULL;
+  PsmTensor *x = psm_linear (g, psm_concat (g, in, prev), psm_param (g, p, s->w_in), psm_param (g, p, s->b_in));
+  PsmTensor *xp = psm_linear (g, x, psm_param (g, p, s->w_x), psm_param (g, p, s->b_x));
+  PsmTensor *hc = psm_lstm_cell (g, xp, h, c, psm_param (g, p, s->w_h), NULL);
+  PsmTensor *h1 = psm_tensor_step (g, hc, 0), *c1 = psm_tensor_step (g, hc, 1);
+  PsmTensor *query = psm_linear (g, psm_concat (g, h1, c1), psm_param (g, p, s->w_dec), psm_param (g, p, s->b_attn));
+  PsmTensor *a, *ctx;
+  psm_additive_attention (g, enc->memo, query, psm_param (g, p, s->v), cov ? psm_param (g, p, s->w_c) : NULL, cov,
+                          enc->annotations, enc->mask, &a, &ctx);
+  PsmTensor *next = psm_concat (g, psm_concat (g, h1, c1), ctx);
+  if (cov)
+    next = psm_concat (g, next, psm_add (g, cov, a));
+  out->carry = next;
+  out->state = h1;
+  out->context = ctx;
+  out->attn = a;
+  out->coverage = cov;
+  out->input = x;
+}
+
+static const PsmDecoderClass klass = {
+  sizeof (PsmDecoderClass), la_create, la_destroy, la_state_dim, la_context_dim, la_has_attention,
+  la_init, la_step, la_prepare
+};
+
+PSM_PLUGIN (PSM_KIND_DECODER, "lstm_attn",
+            "LSTM cell with additive attention and optional coverage (See et al. 2017)", params, NULL, &klass)

@@ -1,0 +1,787 @@
+/* cnndm — abstractive summarisation data in the form of See et al. 2017.
+ *
+ * Reads a split from jsonl ({"id", "article", "highlights"} a line, the
+ * highlights one sentence a line, joined by "\n") or, for a path ending in
+ * ".source", from it and the line-aligned ".target" beside it. Texts are
+ * already tokenised and lower-cased (as See's data is): tokens are split on
+ * white space. The summary is the highlight sentences concatenated.
+ *
+ * Vocabulary: the `vocab` - 4 most frequent words of the training split
+ * (ties broken by the word) after <pad> <unk> <s> </s>; written to the run
+ * folder as vocab.txt and read back from it by eval, decode and resume.
+ * Articles are cut to max_src tokens, summaries to max_tgt (then </s>).
+ * Words outside the vocabulary get per-batch extended ids (ext_base + i), in
+ * the source (src_ext) and the target (tgt_ext, the true word for the
+ * references); the shortlist target (tgt) is <unk> for them.
+ *
+ * Bad records — invalid JSON, a missing or non-string field, an empty
+ * article or summary — are skipped and counted on stderr with the first line
+ * numbers; a split with no valid record is an error naming the file. Raw text
+ * for decoding (text_batch) is lower-cased and tokenised like the PTB
+ * tokeniser See's data went through (an approximation: punctuation split
+ * off, n't and 's split, quotes as `` and ''). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <psm/psm.h>
+#include <psm/psm-pipeline.h>
+
+#define N_SPECIAL 4
+enum { PAD, UNK, BOS, EOS };
+static const char *const special[N_SPECIAL] = { "<pad>", "<unk>", "<s>", "</s>" };
+
+typedef struct {
+  int n;
+  int32_t *src_off, *tgt_off;   /* [n + 1] offsets into ids */
+  GArray *ids;                  /* int32 global word ids */
+} Split;
+
+typedef struct {
+  int V, max_src, max_tgt;
+  GPtrArray *words;             /* global id -> word; [0, V) is the vocabulary */
+  GHashTable *index;            /* word -> global id + 1 */
+  GArray *counts;               /* int64 train counts of the vocabulary words */
+  Split split[3];
+  gboolean check;
+  /* batch scratch: global id -> extended id + 1 (reset per batch) */
+  GHashTable *oov;
+} Cnndm;
+
+static const PsmParamSpec params[] = {
+  { "train", PSM_PARAM_FILE, "../shared/data/cnndm/train.jsonl", PSM_NO_RANGE,
+    "training split (.jsonl, or .source beside a .target)", NULL },
+  { "valid", PSM_PARAM_FILE, "../shared/data/cnndm/valid.jsonl", PSM_NO_RANGE, "validation split", NULL },
+  { "test", PSM_PARAM_STRING, "", PSM_NO_RANGE, "test split (empty: the validation split)", NULL },
+  { "vocab", PSM_PARAM_INT, "50000", 8, 10000000, "vocabulary size, 4 special words included", NULL },
+  { "max_src", PSM_PARAM_INT, "400", 1, 100000, "article tokens kept (See: 400)", NULL },
+  { "max_tgt", PSM_PARAM_INT, "100", 1, 100000, "summary tokens kept before </s> (See: 100)", NULL },
+  { "max_train", PSM_PARAM_INT, "0", 0, 1000000000, "use the first N training records (0 = all)", NULL },
+  PSM_PARAM_END
+};
+
+/* ---- a JSON object of string fields (other values are skipped) ---- */
+
+static const char *
+skip_ws (const char *p)
+{
+  while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')
+    p++;
+  return p;
+}
+
+static void
+put_utf8 (GString *s, guint32 c)
+{
+  char buf[8];
+  int n = g_unichar_to_utf8 (c, buf);
+  g_string_append_len (s, buf, n);
+}
+
+/* Parses a JSON string at p (at the opening quote) into out; returns the
+ * position after it or NULL. */
+static const char *
+json_string (const char *p, GString *out)
+{
+  if (*p++ != '"')
+    return NULL;
+  g_string_truncate (out, 0);
+  for (;;) {
+    unsigned char c = (unsigned char) *p++;
+    if (c == '"')
+      return p;
+    if (c == 0 || c < 0x20)
+      return NULL;
+    if (c != '\\') {
+      g_string_append_c (out, (char) c);
+      continue;
+    }
+    c = (unsigned char) *p++;
+    switch (c) {
+    case '"': case '\\': case '/': g_string_append_c (out, (char) c); break;
+    case 'b': g_string_append_c (out, '\b'); break;
+    case 'f': g_string_append_c (out, '\f'); break;
+    case 'n': g_string_append_c (out, '\n'); break;
+    case 'r': g_string_append_c (out, '\r'); break;
+    case 't': g_string_append_c (out, '\t'); break;
+    case 'u': {
+      guint32 u = 0;
+      for (int i = 0; i < 4; i++) {
+        int d = g_ascii_xdigit_value (*p++);
+        if (d < 0)
+          return NULL;
+        u = u * 16 + (guint32) d;
+      }
+      if (u >= 0xD800 && u < 0xDC00 && p[0] == '\\' && p[1] == 'u') {
+        guint32 lo = 0;
+        for (int i = 0; i < 4; i++) {
+          int d = g_ascii_xdigit_value (p[2 + i]);
+          if (d < 0)
+            return NULL;
+          lo = lo * 16 + (guint32) d;
+        }
+        if (lo >= 0xDC00 && lo < 0xE000) {
+          u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
+          p += 6;
+        }
+      }
+      put_utf8 (out, u);
+      break;
+    }
+    default:
+      return NULL;
+    }
+  }
+}
+
+/* Skips any JSON value (strings, numbers, literals, nested containers). */
+static const char *
+json_skip (const char *p, GString *tmp)
+{
+  p = skip_ws (p);
+  if (*p == '"')
+    return json_string (p, tmp);
+  if (*p == '{' || *p == '[') {
+    char open = *p, close = open == '{' ? '}' : ']';
+    p = skip_ws (p + 1);
+    if (*p == close)
+      return p + 1;
+    for (;;) {
+      if (open == '{') {
+        p = json_string (skip_ws (p), tmp);
+        if (!p || *(p = skip_ws (p)) != ':')
+          return NULL;
+        p++;
+      }
+      p = json_skip (p, tmp);
+      if (!p)
+        return NULL;
+      p = skip_ws (p);
+      if (*p == close)
+        return p + 1;
+      if (*p++ != ',')
+        return NULL;
+    }
+  }
+  const char *s = p;
+  while (*p && strchr ("+-0123456789.eEtruefalsn", *p))
+    p++;
+  return p > s ? p : NULL;
+}
+
+/* Fills article / summary from one jsonl line; why names the defect. */
+static gboolean
+parse_record (const char *line, GString *article, GString *summary, const char **why)
+{
+  GString *key = g_string_new (NULL), *tmp = g_string_new (NULL);
+  gboolean have_a = FALSE, have_s = FALSE, ok = FALSE;
+  const char *p = skip_ws (line);
+  *why = "invalid JSON";
+  if (*p++ != '{')
+    goto out;
+  p = skip_ws (p);
+  if (*p == '}') {
+    p++;
+  } else {
+    for (;;) {
+      p = json_string (skip_ws (p), key);
+      if (!p || *(p = skip_ws (p)) != ':')
+        goto out;
+      p = skip_ws (p + 1);
+      gboolean is_a = strcmp (key->str, "article") == 0, is_s = strcmp (key->str, "highlights") == 0;
+      if ((is_a || is_s) && *p == '"') {
+        p = json_string (p, is_a ? article : summary);
+        if (is_a)
+          have_a = TRUE;
+        else
+          have_s = TRUE;
+      } else {
+        if ((is_a || is_s) && *p != '"') {
+          p = json_skip (p, tmp);
+          if (!p)
+            goto out;
+          *why = is_a ? "\"article\" is not a string" : "\"highlights\" is not a string";
+          goto out;
+        }
+        p = json_skip (p, tmp);
+      }
+      if (!p)
+        goto out;
+      p = skip_ws (p);
+      if (*p == '}') {
+        p++;
+        break;
+      }
+      if (*p++ != ',')
+        goto out;
+    }
+  }
+  if (*skip_ws (p) != '\0')
+    goto out;
+  *why = !have_a ? "no \"article\"" : !have_s ? "no \"highlights\"" : NULL;
+  ok = *why == NULL;
+out:
+  g_string_free (key, TRUE);
+  g_string_free (tmp, TRUE);
+  return ok;
+}
+
+static gboolean
+blank (const char *s)
+{
+  for (; *s; s++)
+    if (!g_ascii_isspace (*s))
+      return FALSE;
+  return TRUE;
+}
+
+/* ---- reading a split into texts ---- */
+
+typedef struct {
+  GPtrArray *article, *summary;   /* char * */
+} Texts;
+
+static void
+texts_free (Texts *t)
+{
+  if (t->article)
+    g_ptr_array_unref (t->article);
+  if (t->summary)
+    g_ptr_array_unref (t->summary);
+}
+
+static FILE *
+open_split (const char *path, GError **error)
+{
+  FILE *f = fopen (path, "r");
+  if (!f)
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: cannot read: %s", path, g_strerror (errno));
+  return f;
+}
+
+static gboolean
+read_split (const char *path, long max, gboolean quiet, Texts *out, GError **error)
+{
+  out->article = g_ptr_array_new_with_free_func (g_free);
+  out->summary = g_ptr_array_new_with_free_func (g_free);
+  gboolean lines = g_str_has_suffix (path, ".source");
+  char *tpath = lines ? g_strdup_printf ("%.*s.target", (int) strlen (path) - 7, path) : NULL;
+  FILE *f = open_split (path, error), *ft = NULL;
+  if (f && lines && !(ft = open_split (tpath, error))) {
+    fclose (f);
+    f = NULL;
+  }
+  if (!f) {
+    g_free (tpath);
+    return FALSE;
+  }
+  GString *a = g_string_new (NULL), *s = g_string_new (NULL), *bad_lines = g_string_new (NULL);
+  char *line = NULL, *tline = NULL;
+  size_t cap = 0, tcap = 0;
+  long lineno = 0, n_bad = 0;
+  const char *first_why = NULL;
+  gboolean ok = TRUE;
+  while ((max <= 0 || (long) out->article->len < max)) {
+    ssize_t len = getline (&line, &cap, f);
+    if (len < 0)
+      break;
+    lineno++;
+    const char *why = NULL;
+    if (lines) {
+      ssize_t tl = getline (&tline, &tcap, ft);
+      if (tl < 0) {
+        g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: has fewer lines than %s (%ld)", tpath, path,
+                     lineno);
+        ok = FALSE;
+        break;
+      }
+      g_string_assign (a, line);
+      g_string_assign (s, tline);
+    } else if (blank (line)) {
+      continue;
+    } else if (!parse_record (line, a, s, &why)) {
+      /* why is set */
+    }
+    if (!why && blank (a->str))
+      why = "empty article";
+    if (!why && blank (s->str))
+      why = "empty summary";
+    if (why) {
+      if (n_bad < 5)
+        g_string_append_printf (bad_lines, "%s%ld", n_bad ? ", " : "", lineno);
+      if (!first_why)
+        first_why = why;
+      n_bad++;
+      continue;
+    }
+    g_ptr_array_add (out->article, g_strdup (a->str));
+    g_ptr_array_add (out->summary, g_strdup (s->str));
+  }
+  if (ok && ferror (f)) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: read error: %s", path, g_strerror (errno));
+    ok = FALSE;
+  }
+  if (ok && n_bad && !quiet)
+    fprintf (stderr, "cnndm: %s: skipped %ld bad record%s (line%s %s%s; first: %s)\n", path, n_bad,
+             n_bad > 1 ? "s" : "", n_bad > 1 ? "s" : "", bad_lines->str, n_bad > 5 ? ", ..." : "", first_why);
+  if (ok && out->article->len == 0) {
+    char *what = n_bad ? g_strdup_printf ("%ld bad record%s, line%s %s%s; first: %s", n_bad, n_bad > 1 ? "s" : "", n_bad > 1 ? "s" : "", bad_lines->str, n_bad > 5 ? ", ..." : "", first_why)
+                       : g_strdup ("the file is empty");
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
+                 "%s: no valid record (%s); expected one JSON object a line with string fields \"article\" and "
+                 "\"highlights\", or a .source file with its .target", path, what);
+    g_free (what);
+    ok = FALSE;
+  }
+  free (line);
+  free (tline);
+  fclose (f);
+  if (ft)
+    fclose (ft);
+  g_free (tpath);
+  g_string_free (a, TRUE);
+  g_string_free (s, TRUE);
+  g_string_free (bad_lines, TRUE);
+  return ok;
+}
+
+/* ---- vocabulary ---- */
+
+static int32_t
+intern (Cnndm *t, const char *w)
+{
+  gpointer v = g_hash_table_lookup (t->index, w);
+  if (v)
+    return GPOINTER_TO_INT (v) - 1;
+  char *copy = g_strdup (w);
+  g_ptr_array_add (t->words, copy);
+  int32_t id = (int32_t) t->words->len - 1;
+  g_hash_table_insert (t->index, copy, GINT_TO_POINTER (id + 1));
+  return id;
+}
+
+typedef struct {
+  const char *w;
+  gint64 n;
+} WordCount;
+
+static int
+by_count (const void *a, const void *b)
+{
+  const WordCount *x = a, *y = b;
+  if (x->n != y->n)
+    return x->n > y->n ? -1 : 1;
+  return strcmp (x->w, y->w);
+}
+
+static void
+build_vocab (Cnndm *t, const Texts *tr)
+{
+  GHashTable *count = g_hash_table_new (g_str_hash, g_str_equal);
+  GStringChunk *chunk = g_string_chunk_new (1 << 20);
+  for (int k = 0; k < 2; k++) {
+    GPtrArray *texts = k ? tr->summary : tr->article;
+    for (guint i = 0; i < texts->len; i++) {
+      char **tok = g_strsplit_set (texts->pdata[i], " \t\n\r", -1);
+      for (char **w = tok; *w; w++) {
+        if (!**w)
+          continue;
+        gpointer key, val;
+        if (g_hash_table_lookup_extended (count, *w, &key, &val))
+          g_hash_table_insert (count, key, GSIZE_TO_POINTER (GPOINTER_TO_SIZE (val) + 1));
+        else
+          g_hash_table_insert (count, g_string_chunk_insert (chunk, *w), GSIZE_TO_POINTER (1));
+      }
+      g_strfreev (tok);
+    }
+  }
+  GArray *wc = g_array_new (FALSE, FALSE, sizeof (WordCount));
+  GHashTableIter it;
+  gpointer key, val;
+  g_hash_table_iter_init (&it, count);
+  while (g_hash_table_iter_next (&it, &key, &val)) {
+    gboolean sp = FALSE;
+    for (int i = 0; i < N_SPECIAL; i++)
+      sp = sp || strcmp (key, special[i]) == 0;
+    if (!sp) {
+      WordCount c = { key, (gint64) GPOINTER_TO_SIZE (val) };
+      g_array_append_val (wc, c);
+    }
+  }
+  g_array_sort (wc, by_count);
+  for (int i = 0; i < N_SPECIAL; i++) {
+    intern (t, special[i]);
+    gint64 z = 0;
+    g_array_append_val (t->counts, z);
+  }
+  for (guint i = 0; i < wc->len && (int) t->words->len < t->V; i++) {
+    WordCount *c = &g_array_index (wc, WordCount, i);
+    intern (t, c->w);
+    g_array_append_val (t->counts, c->n);
+  }
+  g_array_unref (wc);
+  g_hash_table_destroy (count);
+  g_string_chunk_free (chunk);
+}
+
+static gboolean
+load_vocab (Cnndm *t, const char *path, GError **error)
+{
+  char *text = NULL;
+  if (!g_file_get_contents (path, &text, NULL, error))
+    return FALSE;
+  char **lines = g_strsplit (text, "\n", -1);
+  g_free (text);
+  gboolean ok = TRUE;
+  int n = 0;
+  for (char **l = lines; *l && ok; l++) {
+    if (!**l)
+      continue;
+    char *tab = strchr (*l, '\t');
+    if (tab)
+      *tab = '\0';
+    n++;
+    if (!**l || strchr (*l, ' ') || g_hash_table_contains (t->index, *l) ||
+        (n <= N_SPECIAL && strcmp (*l, special[n - 1]) != 0)) {
+      g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
+                   "%s:%d: bad vocabulary entry '%s' (expected one word a line, unique, starting with "
+                   "<pad> <unk> <s> </s>)", path, n, *l);
+      ok = FALSE;
+      break;
+    }
+    intern (t, *l);
+    gint64 c = tab ? g_ascii_strtoll (tab + 1, NULL, 10) : 0;
+    g_array_append_val (t->counts, c);
+  }
+  g_strfreev (lines);
+  if (ok && n != t->V) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
+                 "%s: holds %d words, but task.vocab is %d (the run was made with another vocabulary size)", path,
+                 n, t->V);
+    ok = FALSE;
+  }
+  return ok;
+}
+
+static void
+tokens_to_ids (Cnndm *t, const char *text, int max, GArray *ids)
+{
+  char **tok = g_strsplit_set (text, " \t\n\r", -1);
+  int n = 0;
+  for (char **w = tok; *w && n < max; w++)
+    if (**w) {
+      int32_t id = intern (t, *w);
+      g_array_append_val (ids, id);
+      n++;
+    }
+  g_strfreev (tok);
+}
+
+static void
+fill_split (Cnndm *t, Split *s, const Texts *x)
+{
+  s->n = (int) x->article->len;
+  s->src_off = g_new (int32_t, s->n + 1);
+  s->tgt_off = g_new (int32_t, s->n + 1);
+  s->ids = g_array_new (FALSE, FALSE, sizeof (int32_t));
+  for (int i = 0; i < s->n; i++) {
+    s->src_off[i] = (int32_t) s->ids->len;
+    tokens_to_ids (t, x->article->pdata[i], t->max_src, s->ids);
+    s->tgt_off[i] = (int32_t) s->ids->len;
+    tokens_to_ids (t, x->summary->pdata[i], t->max_tgt, s->ids);
+  }
+  s->src_off[s->n] = s->tgt_off[s->n] = (int32_t) s->ids->len;
+}
+
+static void cn_destroy (void *self);
+
+static void *
+cn_create (const PsmSection *cfg, const PsmTaskCtx *ctx, GError **error)
+{
+  Cnndm *t = g_new0 (Cnndm, 1);
+  t->V = (int) psm_section_int (cfg, "vocab");
+  t->max_src = (int) psm_section_int (cfg, "max_src");
+  t->max_tgt = (int) psm_section_int (cfg, "max_tgt");
+  t->check = ctx->check;
+  t->words = g_ptr_array_new_with_free_func (g_free);
+  t->index = g_hash_table_new (g_str_hash, g_str_equal);
+  t->counts = g_array_new (FALSE, FALSE, sizeof (gint64));
+  t->oov = g_hash_table_new (g_direct_hash, g_direct_equal);
+  long max_train = (long) psm_section_int (cfg, "max_train");
+  if (ctx->check)
+    max_train = max_train ? MIN (max_train, 64) : 64;
+  const char *test = psm_section_string (cfg, "test");
+  const char *paths[3] = { psm_section_string (cfg, "train"), psm_section_string (cfg, "valid"),
+                           *test ? test : psm_section_string (cfg, "valid") };
+  long max[3] = { max_train, ctx->check ? 8 : 0, ctx->check ? 8 : 0 };
+  Texts x[3] = { { 0 } };
+  gboolean ok = TRUE;
+  for (int k = 0; k < 3 && ok; k++) {
+    ok = read_split (paths[k], max[k], k == 2 && !*test, &x[k], error);
+    if (!ok && error && *error)
+      g_prefix_error (error, "task.%s: ", k == 0 ? "train" : k == 1 ? "valid" : "test");
+  }
+  char *vpath = ctx->run_dir ? g_build_filename (ctx->run_dir, "vocab.txt", NULL) : NULL;
+  if (ok && vpath && g_file_test (vpath, G_FILE_TEST_EXISTS)) {
+    ok = load_vocab (t, vpath, error);
+  } else if (ok) {
+    build_vocab (t, &x[0]);
+    if (!ctx->check && (int) t->words->len < t->V) {
+      g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID,
+                   "%s: %d, but the training split has only %d distinct words (with the 4 special ones)",
+                   psm_section_where (cfg, "vocab"), t->V, (int) t->words->len);
+      ok = FALSE;
+    }
+    /* --check on a few records: the vocabulary is what they hold */
+    t->V = MIN (t->V, (int) t->words->len);
+  }
+  g_free (vpath);
+  for (int k = 0; k < 3 && ok; k++)
+    fill_split (t, &t->split[k], &x[k]);
+  for (int k = 0; k < 3; k++)
+    texts_free (&x[k]);
+  if (!ok) {
+    cn_destroy (t);
+    return NULL;
+  }
+  return t;
+}
+
+static void
+cn_destroy (void *self)
+{
+  Cnndm *t = self;
+  for (int k = 0; k < 3; k++) {
+    g_free (t->split[k].src_off);
+    g_free (t->split[k].tgt_off);
+    if (t->split[k].ids)
+      g_array_unref (t->split[k].ids);
+  }
+  g_hash_table_destroy (t->index);
+  g_hash_table_destroy (t->oov);
+  g_ptr_array_unref (t->words);
+  g_array_unref (t->counts);
+  g_free (t);
+}
+
+static void
+cn_info (void *self, PsmTaskInfo *info)
+{
+  Cnndm *t = self;
+  info->src_vocab = t->V;
+  info->tgt_vocab = t->V;
+  info->ext_base = t->V;
+  info->max_src_len = t->max_src;
+  info->max_tgt_len = t->max_tgt + 1;
+  info->bos_id = BOS;
+  info->eos_id = EOS;
+  info->unk_id = UNK;
+}
+
+/* Extended id of a global word id for this batch. */
+static int32_t
+ext_id (Cnndm *t, PsmBatch *b, int32_t gid)
+{
+  if (gid < t->V)
+    return gid;
+  gpointer v = g_hash_table_lookup (t->oov, GINT_TO_POINTER (gid));
+  if (v)
+    return GPOINTER_TO_INT (v) - 1;
+  if (!b->oov_words)
+    b->oov_words = g_ptr_array_new_with_free_func (g_free);
+  g_ptr_array_add (b->oov_words, g_strdup (t->words->pdata[gid]));
+  int32_t id = t->V + (int32_t) b->oov_words->len - 1;
+  g_hash_table_insert (t->oov, GINT_TO_POINTER (gid), GINT_TO_POINTER (id + 1));
+  return id;
+}
+
+/* Fills b from examples idx[0..B) of split s (sources only when no_target). */
+static void
+fill_batch (Cnndm *t, const Split *s, const int *idx, int B, PsmBatch *b)
+{
+  int T = 1, Ty = 1;
+  for (int i = 0; i < B; i++) {
+    int e = idx[i];
+    T = MAX (T, s->tgt_off[e] - s->src_off[e]);
+    Ty = MAX (Ty, s->src_off[e + 1] - s->tgt_off[e] + 1);
+  }
+  psm_batch_reserve (b, B, T, Ty);
+  b->ext_base = t->V;
+  g_hash_table_remove_all (t->oov);
+  const int32_t *ids = (const int32_t *) s->ids->data;
+  for (int i = 0; i < B; i++) {
+    int e = idx[i];
+    b->example_id[i] = e;
+    int ns = s->tgt_off[e] - s->src_off[e], nt = s->src_off[e + 1] - s->tgt_off[e];
+    for (int k = 0; k < ns; k++) {
+      int32_t g = ids[s->src_off[e] + k];
+      PSM_AT (b->src, b, k, i) = g < t->V ? g : UNK;
+      PSM_AT (b->src_ext, b, k, i) = ext_id (t, b, g);
+      PSM_AT (b->src_mask, b, k, i) = 1.0f;
+    }
+    for (int k = 0; k <= nt; k++) {
+      int32_t g = k < nt ? ids[s->tgt_off[e] + k] : EOS;
+      PSM_AT (b->dec_in, b, k, i) = k == 0 ? BOS : PSM_AT (b->tgt, b, k - 1, i);
+      PSM_AT (b->tgt, b, k, i) = g < t->V ? g : UNK;
+      PSM_AT (b->tgt_ext, b, k, i) = ext_id (t, b, g);
+      PSM_AT (b->tgt_mask, b, k, i) = 1.0f;
+      PSM_AT (b->tgt_switch, b, k, i) = 1.0f;
+    }
+  }
+}
+
+static gboolean
+cn_train_batch (void *self, int B, PsmRng *rng, PsmBatch *out, GError **error)
+{
+  Cnndm *t = self;
+  int *idx = g_new (int, B);
+  for (int i = 0; i < B; i++)
+    idx[i] = (int) psm_rng_below (rng, (guint32) t->split[0].n);
+  fill_batch (t, &t->split[0], idx, B, out);
+  g_free (idx);
+  return TRUE;
+}
+
+static int
+cn_n_examples (void *self, PsmSplit split)
+{
+  return ((Cnndm *) self)->split[split].n;
+}
+
+static gboolean
+cn_eval_batch (void *self, PsmSplit split, int start, int B, PsmBatch *out, GError **error)
+{
+  Cnndm *t = self;
+  const Split *s = &t->split[split];
+  B = MIN (B, s->n - start);
+  int *idx = g_new (int, MAX (B, 1));
+  for (int i = 0; i < B; i++)
+    idx[i] = start + i;
+  fill_batch (t, s, idx, B, out);
+  g_free (idx);
+  return TRUE;
+}
+
+static const char *
+cn_token_text (void *self, const PsmBatch *b, int ex, int32_t id)
+{
+  Cnndm *t = self;
+  if (id >= 0 && id < t->V)
+    return t->words->pdata[id];
+  if (b->oov_words && id >= b->ext_base && id - b->ext_base < (int) b->oov_words->len)
+    return b->oov_words->pdata[id - b->ext_base];
+  return special[UNK];
+}
+
+static gboolean
+cn_save (void *self, const char *dir, GError **error)
+{
+  Cnndm *t = self;
+  GString *s = g_string_new (NULL);
+  for (int i = 0; i < t->V; i++)
+    g_string_append_printf (s, "%s\t%" G_GINT64_FORMAT "\n", (const char *) t->words->pdata[i],
+                            g_array_index (t->counts, gint64, i));
+  char *path = g_build_filename (dir, "vocab.txt", NULL);
+  gboolean ok = g_file_set_contents (path, s->str, (gssize) s->len, error);
+  g_free (path);
+  g_string_free (s, TRUE);
+  return ok;
+}
+
+/* ---- raw text: lower-case, PTB-like tokens ---- */
+
+static void
+tokenize_raw (const char *text, GString *out)
+{
+  char *low = g_utf8_strdown (text, -1);
+  GString *w = g_string_new (NULL);
+  g_string_truncate (out, 0);
+#define EMIT(str)                                                              \
+  do {                                                                         \
+    if (out->len)                                                              \
+      g_string_append_c (out, ' ');                                            \
+    g_string_append (out, str);                                                \
+  } while (0)
+  gboolean open_quote = TRUE;
+  for (const char *p = low;; p++) {
+    char c = *p;
+    gboolean word_char = c && !g_ascii_isspace (c) && !strchr (",.!?;:\"()[]{}", c);
+    /* a '.' inside a number or an abbreviation stays in the word */
+    if (c == '.' && w->len && g_ascii_isalnum (p[1]))
+      word_char = TRUE;
+    if (c == ',' && w->len && g_ascii_isdigit (w->str[w->len - 1]) && g_ascii_isdigit (p[1]))
+      word_char = TRUE;
+    if (word_char) {
+      g_string_append_c (w, c);
+      continue;
+    }
+    if (w->len) {
+      /* split clitics: n't, 's, 're, 've, 'll, 'd, 'm */
+      static const char *const clitics[] = { "n't", "'s", "'re", "'ve", "'ll", "'d", "'m", NULL };
+      for (int i = 0; clitics[i]; i++) {
+        size_t cl = strlen (clitics[i]);
+        if (w->len > cl && strcmp (w->str + w->len - cl, clitics[i]) == 0) {
+          char *stem = g_strndup (w->str, w->len - cl);
+          EMIT (stem);
+          g_free (stem);
+          g_string_assign (w, clitics[i]);
+          break;
+        }
+      }
+      EMIT (w->str);
+      g_string_truncate (w, 0);
+    }
+    if (!c)
+      break;
+    if (c == '"') {
+      EMIT (open_quote ? "``" : "''");
+      open_quote = !open_quote;
+    } else if (!g_ascii_isspace (c)) {
+      char one[2] = { c, 0 };
+      EMIT (one);
+    }
+  }
+#undef EMIT
+  g_string_free (w, TRUE);
+  g_free (low);
+}
+
+static gboolean
+cn_text_batch (void *self, const char *const *texts, int n, PsmBatch *out, GError **error)
+{
+  Cnndm *t = self;
+  Split s = { 0 };
+  s.n = n;
+  s.src_off = g_new (int32_t, n + 1);
+  s.tgt_off = g_new (int32_t, n + 1);
+  s.ids = g_array_new (FALSE, FALSE, sizeof (int32_t));
+  GString *tok = g_string_new (NULL);
+  int *idx = g_new (int, MAX (n, 1));
+  for (int i = 0; i < n; i++) {
+    idx[i] = i;
+    tokenize_raw (texts[i], tok);
+    s.src_off[i] = (int32_t) s.ids->len;
+    tokens_to_ids (t, tok->str, t->max_src, s.ids);
+    if ((int32_t) s.ids->len == s.src_off[i]) {
+      int32_t pad = UNK;   /* an empty line decodes from a single <unk> */
+      g_array_append_val (s.ids, pad);
+    }
+    s.tgt_off[i] = (int32_t) s.ids->len;
+  }
+  s.src_off[n] = s.tgt_off[n] = (int32_t) s.ids->len;
+  fill_batch (t, &s, idx, n, out);
+  g_free (idx);
+  g_string_free (tok, TRUE);
+  g_free (s.src_off);
+  g_free (s.tgt_off);
+  g_array_unref (s.ids);
+  return TRUE;
+}
+
+static const PsmTaskClass klass = {
+  sizeof (PsmTaskClass), cn_create, cn_destroy, cn_info, cn_train_batch, cn_n_examples, cn_eval_batch,
+  cn_token_text, cn_save, cn_text_batch
+};
+
+PSM_PLUGIN (PSM_KIND_TASK, "cnndm",
+            "CNN/DailyMail summarisation (jsonl or .source/.target): See et al.'s vocabulary, truncation and "
+            "per-article OOV ids", params, NULL, &klass)

@@ -1,0 +1,186 @@
+/* test-task-cnndm.c — the CNN/DailyMail task: JSON records (escapes, bad
+ * records skipped and counted, a file with none valid refused), the
+ * vocabulary (specials first, by count, saved and read back), truncation,
+ * batches (OOV ids per batch, targets shifted, </s>), .source/.target, raw
+ * text tokenisation. */
+#include "config.h"
+#include <math.h>
+#include <string.h>
+#include <glib/gstdio.h>
+#include "psm-test.h"
+#include <psm/psm-pipeline.h>
+
+static char *dir;
+
+static char *
+write_file (const char *name, const char *text)
+{
+  char *p = g_build_filename (dir, name, NULL);
+  ck_assert (g_file_set_contents (p, text, -1, NULL));
+  return p;
+}
+
+static const char *train_jsonl =
+  "{\"id\": \"a\", \"article\": \"the cat sat on the mat . the cat ran .\", \"highlights\": \"cat sat .\\ncat ran .\"}\n"
+  "{\"id\": \"b\", \"article\": \"the dog saw the cat .\", \"highlights\": \"dog saw cat .\"}\n"
+  "not json at all\n"
+  "{\"id\": \"c\", \"article\": \"\", \"highlights\": \"empty article .\"}\n"
+  "{\"id\": \"d\", \"highlights\": \"no article .\"}\n"
+  "{\"id\": \"e\", \"article\": 5, \"highlights\": \"number .\"}\n"
+  "\n"
+  "{\"id\": \"f\", \"article\": \"caf\\u00e9 \\\"quoted\\\" zebra the\", \"highlights\": \"zebra caf\\u00e9 .\", \"extra\": [1, {\"x\": null}]}\n";
+
+static void *
+make_task (const PsmTaskClass **k, const char *cfg, const char *run_dir, GError **e)
+{
+  const PsmPluginDesc *d = psm_test_plugin (PSM_KIND_TASK, "cnndm");
+  *k = d->klass;
+  char *errs = NULL;
+  const PsmSection *sec = psm_test_section (cfg, "task", d->params, &errs);
+  ck_assert_msg (sec, "%s", errs);
+  PsmTaskCtx ctx = { sizeof ctx, 1, FALSE, run_dir };
+  return (*k)->create (sec, &ctx, e);
+}
+
+START_TEST (test_records_and_vocab)
+{
+  char *tr = write_file ("train.jsonl", train_jsonl);
+  char *cfg = g_strdup_printf ("plugin = \"cnndm\"; train = \"%s\"; valid = \"%s\"; vocab = 12; max_src = 6; max_tgt = 3;",
+                               tr, tr);
+  const PsmTaskClass *k;
+  GError *e = NULL;
+  void *t = make_task (&k, cfg, NULL, &e);
+  ck_assert_msg (t, "%s", e ? e->message : "");
+  ck_assert_int_eq (k->n_examples (t, PSM_SPLIT_TRAIN), 3);   /* a, b, f */
+  ck_assert_int_eq (k->n_examples (t, PSM_SPLIT_TEST), 3);    /* test = valid */
+  PsmTaskInfo info;
+  memset (&info, 0, sizeof info);
+  info.size = sizeof info;
+  k->info (t, &info);
+  ck_assert_int_eq (info.tgt_vocab, 12);
+  ck_assert_int_eq (info.max_tgt_len, 4);
+  ck_assert (info.bos_id == 2 && info.eos_id == 3 && info.unk_id == 1);
+  /* specials, then by count, ties by the word */
+  PsmBatch b;
+  psm_batch_init (&b);
+  ck_assert (k->eval_batch (t, PSM_SPLIT_TRAIN, 0, 3, &b, NULL));
+  ck_assert_str_eq (k->token_text (t, &b, 0, 0), "<pad>");
+  ck_assert_str_eq (k->token_text (t, &b, 0, 3), "</s>");
+  ck_assert_str_eq (k->token_text (t, &b, 0, 4), ".");     /* 7 times */
+  ck_assert_str_eq (k->token_text (t, &b, 0, 5), "cat");   /* 6, before "the" (6) */
+  ck_assert_str_eq (k->token_text (t, &b, 0, 6), "the");
+  ck_assert_int_eq (b.B, 3);
+  ck_assert_int_eq (b.T, 6);    /* article a cut to 6 tokens */
+  ck_assert_int_eq (b.Ty, 4);   /* 3 summary tokens + </s> */
+  /* example 0's target "cat sat . </s>" (cut after 3), decoder input "<s> cat sat ." */
+  const char *want[4] = { "cat", "sat", ".", "</s>" };
+  for (int s = 0; s < 4; s++) {
+    ck_assert_str_eq (k->token_text (t, &b, 0, PSM_AT (b.tgt_ext, &b, s, 0)), want[s]);
+    ck_assert (PSM_AT (b.tgt_mask, &b, s, 0) == 1.0f);
+    ck_assert_int_eq (PSM_AT (b.dec_in, &b, s, 0), s == 0 ? 2 : PSM_AT (b.tgt, &b, s - 1, 0));
+  }
+  /* example 2 (record f): the JSON escapes decoded; OOVs get extended ids */
+  const char *src2[5] = { "café", "\"quoted\"", "zebra", "the", NULL };
+  for (int s = 0; s < 4; s++) {
+    int32_t x = PSM_AT (b.src_ext, &b, s, 2);
+    ck_assert_str_eq (k->token_text (t, &b, 2, x), src2[s]);
+    ck_assert (x < 12 ? PSM_AT (b.src, &b, s, 2) == x : PSM_AT (b.src, &b, s, 2) == 1);
+    ck_assert (PSM_AT (b.src_mask, &b, s, 2) == 1.0f);
+  }
+  ck_assert (PSM_AT (b.src_mask, &b, 4, 2) == 0.0f);
+  /* the same OOV word has the same extended id in source and target */
+  int32_t zebra = PSM_AT (b.tgt_ext, &b, 0, 2);
+  ck_assert_str_eq (k->token_text (t, &b, 2, zebra), "zebra");
+  if (zebra >= 12) {
+    ck_assert_int_eq (PSM_AT (b.tgt, &b, 0, 2), 1);
+    ck_assert_int_eq (PSM_AT (b.src_ext, &b, 2, 2), zebra);
+  }
+  /* save, then a task in that run folder reads the vocabulary back */
+  ck_assert (k->save (t, dir, NULL));
+  char *vocab = NULL;
+  ck_assert (g_file_get_contents (g_build_filename (dir, "vocab.txt", NULL), &vocab, NULL, NULL));
+  ck_assert_msg (g_str_has_prefix (vocab, "<pad>\t0\n<unk>\t0\n<s>\t0\n</s>\t0\n.\t7\ncat\t6\nthe\t6\n"), "%s", vocab);
+  g_free (vocab);
+  void *t2 = make_task (&k, cfg, dir, NULL);
+  PsmBatch b2;
+  psm_batch_init (&b2);
+  ck_assert (k->eval_batch (t2, PSM_SPLIT_TRAIN, 0, 3, &b2, NULL));
+  ck_assert (memcmp (b.src_ext, b2.src_ext, sizeof (int32_t) * b.T * b.B) == 0);
+  /* a run folder whose vocabulary has another size is refused */
+  char *cfg2 = g_strdup_printf ("plugin = \"cnndm\"; train = \"%s\"; valid = \"%s\"; vocab = 10;", tr, tr);
+  ck_assert (make_task (&k, cfg2, dir, &e) == NULL);
+  ck_assert_msg (strstr (e->message, "vocab.txt: holds 12 words, but task.vocab is 10"), "%s", e->message);
+  g_clear_error (&e);
+  g_unlink (g_build_filename (dir, "vocab.txt", NULL));
+  /* more words asked than the data has */
+  char *cfg3 = g_strdup_printf ("plugin = \"cnndm\"; train = \"%s\"; valid = \"%s\"; vocab = 1000;", tr, tr);
+  ck_assert (make_task (&k, cfg3, NULL, &e) == NULL);
+  ck_assert_msg (strstr (e->message, "task.vocab: 1000, but the training split has only"), "%s", e->message);
+  g_clear_error (&e);
+  /* raw text, tokenised like the data */
+  const char *texts[2] = { "Obama's dog doesn't bark (loudly), \"he\" said.", "" };
+  ck_assert (k->text_batch (t, texts, 2, &b2, NULL));
+  GString *s = g_string_new (NULL);
+  for (int i = 0; i < b2.T && PSM_AT (b2.src_mask, &b2, i, 0) > 0; i++)
+    g_string_append_printf (s, "%s%s", i ? " " : "", k->token_text (t, &b2, 0, PSM_AT (b2.src_ext, &b2, i, 0)));
+  ck_assert_str_eq (s->str, "obama 's dog does n't bark");   /* cut at max_src = 6 */
+  ck_assert (PSM_AT (b2.src_mask, &b2, 0, 1) == 1.0f && PSM_AT (b2.src, &b2, 0, 1) == 1);
+  g_string_free (s, TRUE);
+  psm_batch_clear (&b);
+  psm_batch_clear (&b2);
+  k->destroy (t);
+  k->destroy (t2);
+  g_free (cfg);
+  g_free (cfg2);
+  g_free (cfg3);
+}
+END_TEST
+
+START_TEST (test_bad_files)
+{
+  char *bad = write_file ("bad.jsonl", "{\"article\": \"x\"}\n[1, 2]\n{\"article\": \"\", \"highlights\": \"y\"}\n");
+  char *tr = write_file ("ok.jsonl", train_jsonl);
+  char *cfg = g_strdup_printf ("plugin = \"cnndm\"; train = \"%s\"; valid = \"%s\"; vocab = 8;", tr, bad);
+  const PsmTaskClass *k;
+  GError *e = NULL;
+  ck_assert (make_task (&k, cfg, NULL, &e) == NULL);
+  ck_assert_msg (strstr (e->message, "task.valid: ") && strstr (e->message, "bad.jsonl: no valid record (3 bad records, "
+                                                                 "lines 1, 2, 3; first: no \"highlights\")"),
+                 "%s", e->message);
+  g_clear_error (&e);
+  /* .source/.target: line-aligned; a short .target is an error */
+  write_file ("x.source", "a b c\nd e f\n");
+  write_file ("x.target", "a b\n");
+  char *src = g_build_filename (dir, "x.source", NULL);
+  char *cfg2 = g_strdup_printf ("plugin = \"cnndm\"; train = \"%s\"; valid = \"%s\"; vocab = 8;", tr, src);
+  ck_assert (make_task (&k, cfg2, NULL, &e) == NULL);
+  ck_assert_msg (strstr (e->message, "x.target: has fewer lines than"), "%s", e->message);
+  g_clear_error (&e);
+  write_file ("x.target", "a b\nd d\n");
+  void *t = make_task (&k, cfg2, NULL, &e);
+  ck_assert_msg (t, "%s", e ? e->message : "");
+  ck_assert_int_eq (k->n_examples (t, PSM_SPLIT_VALID), 2);
+  k->destroy (t);
+  g_free (cfg);
+  g_free (cfg2);
+  g_free (src);
+}
+END_TEST
+
+int
+main (void)
+{
+  psm_test_plugin_env ();
+  dir = g_dir_make_tmp ("psm-cnndm-XXXXXX", NULL);
+  Suite *s = suite_create ("task-cnndm");
+  TCase *tc = tcase_create ("cnndm");
+  tcase_add_test (tc, test_records_and_vocab);
+  tcase_add_test (tc, test_bad_files);
+  suite_add_tcase (s, tc);
+  int rc = psm_test_run (s);
+  char *cmd = g_strdup_printf ("rm -rf '%s'", dir);
+  if (system (cmd) != 0)
+    rc = 1;
+  g_free (cmd);
+  return rc;
+}
