@@ -137,41 +137,6 @@ static inline float psm_sigmoidf (float x) { return 1.0f / (1.0f + expf (-x)); }
 #define PSM_PACK_VL 8
 #else
 #define PSM_PACK_VL 4
-/* Beam search over any scorer (core/psm-decode.c; greedy is beam 1). */
-typedef struct {
-  int beam;               /* hypotheses kept per article */
-  int min_len, max_len;   /* tokens, the end token counted */
-  int block_ngram;        /* never repeat an n-gram of words (0 = off) */
-  double length_penalty;  /* rank by logp / len^alpha (1: mean, 0: sum) */
-  int32_t eos;            /* slot that ends a hypothesis */
-  int32_t unk;            /* word id of the unknown word, or -1 */
-  gboolean no_unk;        /* never emit it */
-} PsmBeamConfig;
-
-typedef struct {
-  /* n = B * beam rows; row r continues row parents[r] of the previous step
-   * (NULL at the first) after emitting slot tokens[r] (-1: nothing yet, or
-   * a dead row). Returns log-scores [n, *S], valid until the next call;
-   * NULL with error set stops the search. */
-  const float *(*step) (void *ud, int n, const int32_t *parents, const int32_t *tokens, int *S,
-                        GError **error);
-  /* The word a slot of row stands for (n-gram blocking, no_unk); NULL: the slot. */
-  int32_t (*word) (void *ud, int row, int32_t slot);
-  void *ud;
-} PsmBeamFns;
-
-/* A result: the emitted slots (without the end token) and, for each, the
- * row of the step that scored it. */
-typedef struct {
-  int len;
-  int32_t *slots, *rows;
-  double logp, score;
-} PsmHyp;
-
-/* Fills out[0..B) (psm_hyp_clear each after use; zero them before). */
-gboolean psm_beam_search (const PsmBeamConfig *cfg, int B, const PsmBeamFns *f, PsmHyp *out, GError **error);
-void psm_hyp_clear (PsmHyp *h);
-
 #endif
 #define PSM_PACK_NR (2 * PSM_PACK_VL)
 /* Whether it beats BLAS: where the build targets vector FMA (e.g.
@@ -181,41 +146,6 @@ void psm_hyp_clear (PsmHyp *h);
 #define PSM_PACK_FAST 1
 #else
 #define PSM_PACK_FAST 0
-/* Beam search over any scorer (core/psm-decode.c; greedy is beam 1). */
-typedef struct {
-  int beam;               /* hypotheses kept per article */
-  int min_len, max_len;   /* tokens, the end token counted */
-  int block_ngram;        /* never repeat an n-gram of words (0 = off) */
-  double length_penalty;  /* rank by logp / len^alpha (1: mean, 0: sum) */
-  int32_t eos;            /* slot that ends a hypothesis */
-  int32_t unk;            /* word id of the unknown word, or -1 */
-  gboolean no_unk;        /* never emit it */
-} PsmBeamConfig;
-
-typedef struct {
-  /* n = B * beam rows; row r continues row parents[r] of the previous step
-   * (NULL at the first) after emitting slot tokens[r] (-1: nothing yet, or
-   * a dead row). Returns log-scores [n, *S], valid until the next call;
-   * NULL with error set stops the search. */
-  const float *(*step) (void *ud, int n, const int32_t *parents, const int32_t *tokens, int *S,
-                        GError **error);
-  /* The word a slot of row stands for (n-gram blocking, no_unk); NULL: the slot. */
-  int32_t (*word) (void *ud, int row, int32_t slot);
-  void *ud;
-} PsmBeamFns;
-
-/* A result: the emitted slots (without the end token) and, for each, the
- * row of the step that scored it. */
-typedef struct {
-  int len;
-  int32_t *slots, *rows;
-  double logp, score;
-} PsmHyp;
-
-/* Fills out[0..B) (psm_hyp_clear each after use; zero them before). */
-gboolean psm_beam_search (const PsmBeamConfig *cfg, int B, const PsmBeamFns *f, PsmHyp *out, GError **error);
-void psm_hyp_clear (PsmHyp *h);
-
 #endif
 /* psm_gru_seq runs on packed weights when set (default PSM_PACK_FAST),
  * else on one psm_gemm per step; tests set it both ways. */

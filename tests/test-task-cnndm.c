@@ -98,7 +98,8 @@ START_TEST (test_records_and_vocab)
   /* save, then a task in that run folder reads the vocabulary back */
   ck_assert (k->save (t, dir, NULL));
   char *vocab = NULL;
-  ck_assert (g_file_get_contents (g_build_filename (dir, "vocab.txt", NULL), &vocab, NULL, NULL));
+  char *vocab_path = g_build_filename (dir, "vocab.txt", NULL);
+  ck_assert (g_file_get_contents (vocab_path, &vocab, NULL, NULL));
   ck_assert_msg (g_str_has_prefix (vocab, "<pad>\t0\n<unk>\t0\n<s>\t0\n</s>\t0\n.\t7\ncat\t6\nthe\t6\n"), "%s", vocab);
   g_free (vocab);
   void *t2 = make_task (&k, cfg, dir, NULL);
@@ -111,7 +112,8 @@ START_TEST (test_records_and_vocab)
   ck_assert (make_task (&k, cfg2, dir, &e) == NULL);
   ck_assert_msg (strstr (e->message, "vocab.txt: holds 12 words, but task.vocab is 10"), "%s", e->message);
   g_clear_error (&e);
-  g_unlink (g_build_filename (dir, "vocab.txt", NULL));
+  g_unlink (vocab_path);
+  g_free (vocab_path);
   /* more words asked than the data has */
   char *cfg3 = g_strdup_printf ("plugin = \"cnndm\"; train = \"%s\"; valid = \"%s\"; vocab = 1000;", tr, tr);
   ck_assert (make_task (&k, cfg3, NULL, &e) == NULL);
@@ -133,6 +135,7 @@ START_TEST (test_records_and_vocab)
   g_free (cfg);
   g_free (cfg2);
   g_free (cfg3);
+  g_free (tr);
 }
 END_TEST
 
@@ -149,14 +152,14 @@ START_TEST (test_bad_files)
                  "%s", e->message);
   g_clear_error (&e);
   /* .source/.target: line-aligned; a short .target is an error */
-  write_file ("x.source", "a b c\nd e f\n");
-  write_file ("x.target", "a b\n");
+  g_free (write_file ("x.source", "a b c\nd e f\n"));
+  g_free (write_file ("x.target", "a b\n"));
   char *src = g_build_filename (dir, "x.source", NULL);
   char *cfg2 = g_strdup_printf ("plugin = \"cnndm\"; train = \"%s\"; valid = \"%s\"; vocab = 8;", tr, src);
   ck_assert (make_task (&k, cfg2, NULL, &e) == NULL);
   ck_assert_msg (strstr (e->message, "x.target: has fewer lines than"), "%s", e->message);
   g_clear_error (&e);
-  write_file ("x.target", "a b\nd d\n");
+  g_free (write_file ("x.target", "a b\nd d\n"));
   void *t = make_task (&k, cfg2, NULL, &e);
   ck_assert_msg (t, "%s", e ? e->message : "");
   ck_assert_int_eq (k->n_examples (t, PSM_SPLIT_VALID), 2);
@@ -164,6 +167,8 @@ START_TEST (test_bad_files)
   g_free (cfg);
   g_free (cfg2);
   g_free (src);
+  g_free (tr);
+  g_free (bad);
 }
 END_TEST
 
