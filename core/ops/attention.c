@@ -174,6 +174,7 @@ psm_additive_attention_backward (PsmNode *nd)
   /* per-row partial sums of dv and dw_c, added over rows in order below */
   float *part = psm_xmalloc0 ((size_t) B * 2 * A * sizeof (float), "attention gradients");
   float *de_all = psm_xmalloc ((size_t) B * T * sizeof (float), "attention gradients");
+  float *scratch = psm_xmalloc0 ((size_t) B * 2 * A * sizeof (float), "attention gradients");
 #pragma omp parallel for if (AA_PAR (B, T, A)) schedule (static)
   for (int b = 0; b < B; b++) {
     const float *ab = a + (size_t) b * T, *dcb = dctx + (size_t) b * H, *qb = qd + (size_t) b * A;
@@ -192,34 +193,45 @@ psm_additive_attention_backward (PsmNode *nd)
       de[i] = d;
       dot += (double) ab[i] * d;
     }
-    float *dv = part + (size_t) b * 2 * A, *dwc = dv + A;
-    float *dq = query->grad ? query->grad + (size_t) b * A : NULL;
+    float *restrict dv = part + (size_t) b * 2 * A, *restrict dwc = dv + A;
+    /* dq of a row without a gradient goes to scratch: one loop shape, vectorised */
+    float *restrict dq = query->grad ? query->grad + (size_t) b * A : scratch + (size_t) b * 2 * A;
+    float *restrict dk_scratch = scratch + (size_t) b * 2 * A + A;
     for (int i = 0; i < T; i++) {
       if (mask && mask[(size_t) i * B + b] == 0.0f)
         continue;   /* padding: no gradient anywhere */
       float dei = ab[i] * (de[i] - (float) dot);
       if (values->grad && ab[i] != 0.0f) {
-        float *dh = values->grad + ((size_t) i * B + b) * H;
+        float *restrict dh = values->grad + ((size_t) i * B + b) * H;
+        float w = ab[i];
 #pragma omp simd
         for (int j = 0; j < H; j++)
-          dh[j] += ab[i] * dcb[j];
+          dh[j] += w * dcb[j];
       }
       if (dei == 0.0f)
         continue;
-      const float *k = Kd + ((size_t) i * B + b) * A;
-      float *dk = keys->grad ? keys->grad + ((size_t) i * B + b) * A : NULL;
+      const float *restrict k = Kd + ((size_t) i * B + b) * A;
+      float *restrict dk = keys->grad ? keys->grad + ((size_t) i * B + b) * A : dk_scratch;
       float c = cov ? cov[(size_t) b * T + i] : 0.0f, dc = 0.0f;
-      for (int j = 0; j < A; j++) {
-        float z = psm_fast_tanhf (k[j] + qb[j] + (wc ? wc[j] * c : 0.0f));
-        float dp = dei * vd[j] * (1.0f - z * z);
-        dv[j] += dei * z;
-        if (dk)
+      if (wc) {
+#pragma omp simd reduction (+:dc)
+        for (int j = 0; j < A; j++) {
+          float z = psm_fast_tanhf (k[j] + qb[j] + wc[j] * c);
+          float dp = dei * vd[j] * (1.0f - z * z);
+          dv[j] += dei * z;
           dk[j] += dp;
-        if (dq)
           dq[j] += dp;
-        if (wc) {
           dwc[j] += dp * c;
           dc += dp * wc[j];
+        }
+      } else {
+#pragma omp simd
+        for (int j = 0; j < A; j++) {
+          float z = psm_fast_tanhf (k[j] + qb[j]);
+          float dp = dei * vd[j] * (1.0f - z * z);
+          dv[j] += dei * z;
+          dk[j] += dp;
+          dq[j] += dp;
         }
       }
       if (coverage && coverage->grad)
@@ -237,4 +249,5 @@ psm_additive_attention_backward (PsmNode *nd)
   }
   free (part);
   free (de_all);
+  free (scratch);
 }

@@ -29,6 +29,7 @@
 #include <math.h>
 #include <string.h>
 #include "psm-private.h"
+#include "fastmath.h"
 
 #define MIX_FLOOR 1e-12
 #define LOG_FLOOR 1e-30f
@@ -186,11 +187,13 @@ psm_pick_log_softmax (PsmGraph *g, PsmTensor *x, const int32_t *targets)
   for (int r = 0; r < R; r++) {
     const float *xr = x->data + (size_t) r * C;
     float m = xr[0];
+#pragma omp simd reduction (max:m)
     for (int j = 1; j < C; j++)
       m = MAX (m, xr[j]);
     float z = 0.0f;
+#pragma omp simd reduction (+:z)
     for (int j = 0; j < C; j++)
-      z += expf (xr[j] - m);
+      z += psm_fast_expf (xr[j] - m);
     float l = m + logf (z);
     if (lse)
       lse[r] = l;
@@ -216,10 +219,12 @@ psm_pick_log_softmax_backward (PsmNode *n)
     float d = n->out->grad[r];
     if (t[r] < 0 || d == 0.0f)
       continue;
-    const float *xr = x->data + (size_t) r * C;
-    float *dx = x->grad + (size_t) r * C;
+    const float *restrict xr = x->data + (size_t) r * C;
+    float *restrict dx = x->grad + (size_t) r * C;
+    float l = lse[r];
+#pragma omp simd
     for (int j = 0; j < C; j++)
-      dx[j] -= d * expf (xr[j] - lse[r]);
+      dx[j] -= d * psm_fast_expf (xr[j] - l);
     dx[t[r]] += d;
   }
 }
