@@ -162,6 +162,11 @@ psm_model_new (PsmPipeline *pl, gboolean check, GError **error)
                    psm_section_where (ds, "min_len"), m->beam.min_len, m->beam.max_len);
       goto fail;
     }
+    if (check) {
+      /* --check decodes to test the wiring, not to summarise: short outputs */
+      m->beam.max_len = MIN (m->beam.max_len, 12);
+      m->beam.min_len = MIN (m->beam.min_len, 4);
+    }
   }
   PsmBuildCtx ctx = { sizeof ctx, m->params, "encoder.", &m->info, E, 0, 0, 0, 0, FALSE };
   m->ek = ep->desc->klass;
@@ -520,10 +525,25 @@ json_string (GString *s, const char *w)
 }
 
 /* Sequence outputs of one batch: decode, score, write. */
-static gboolean
-eval_sequences (PsmModel *m, const PsmBatch *b, const PsmEvalOptions *opt, double *gate_sum, long *gate_n,
-                GError **error)
+/* words joined by spaces into s (returned) */
+static const char *
+join_words (GString *s, const char *const *w, int n)
 {
+  g_string_truncate (s, 0);
+  for (int i = 0; i < n; i++)
+    g_string_append_printf (s, "%s%s", i ? " " : "", w[i]);
+  return s->str;
+}
+
+static gboolean
+eval_sequences (PsmModel *m, PsmSplit split, const PsmBatch *b, const PsmEvalOptions *opt, gboolean metrics,
+                double *gate_sum, long *gate_n, GError **error)
+{
+  gboolean want_text = opt && opt->ref;
+  for (int i = 0; metrics && i < m->n_metrics; i++)
+    want_text = want_text || PSM_CLASS_HOOK (m->mk[i], add_text) != NULL;
+  void (*example_text) (void *, PsmSplit, int, const char **, const char **) = PSM_CLASS_HOOK (m->tk, example_text);
+  GString *hyp_text = g_string_new (NULL), *ref_text = g_string_new (NULL), *src_text = g_string_new (NULL);
   Dec d = { 0 };
   d.record = (opt && opt->json) || PSM_CLASS_HOOK (m->hk, gate) != NULL;
   d.gate = g_array_new (FALSE, FALSE, sizeof (float));
@@ -553,9 +573,32 @@ eval_sequences (PsmModel *m, const PsmBatch *b, const PsmEvalOptions *opt, doubl
     }
     PsmSeq hs = { h->len, (const int32_t *) hid->data, (const char *const *) hw->pdata };
     PsmSeq rs = { (int) rid->len, (const int32_t *) rid->data, (const char *const *) rw->pdata };
-    for (int i = 0; i < m->n_metrics; i++)
-      if (m->mk[i]->add)
+    const char *src = NULL, *ref = NULL;
+    if (want_text) {
+      /* Whole texts from the task where it keeps them; else the batch's
+       * (cut) tokens. */
+      int ex = b->example_id ? b->example_id[bi] : -1;
+      if (example_text && ex >= 0)
+        example_text (m->task, split, ex, &src, &ref);
+      join_words (hyp_text, (const char *const *) hw->pdata, (int) hw->len);
+      if (!ref)
+        ref = join_words (ref_text, (const char *const *) rw->pdata, (int) rw->len);
+      if (!src) {
+        g_string_truncate (src_text, 0);
+        for (int t = 0; t < b->T; t++)
+          if (PSM_AT (b->src_mask, b, t, bi) != 0.0f)
+            g_string_append_printf (src_text, "%s%s", src_text->len ? " " : "",
+                                    m->tk->token_text (m->task, b, bi, PSM_AT (b->src_ext, b, t, bi)));
+        src = src_text->str;
+      }
+    }
+    for (int i = 0; metrics && i < m->n_metrics; i++) {
+      void (*add_text) (void *, const char *, const char *, const char *) = PSM_CLASS_HOOK (m->mk[i], add_text);
+      if (add_text)
+        add_text (m->metric[i], hyp_text->str, ref, src);
+      else if (m->mk[i]->add)
         m->mk[i]->add (m->metric[i], &hs, &rs);
+    }
     int steps = d.n ? (int) (d.gate->len / d.n) : 0;
     for (int i = 0; i < h->len && i < steps; i++) {
       float v = g_array_index (d.gate, float, (size_t) i * d.n + h->rows[i]);
@@ -571,9 +614,13 @@ eval_sequences (PsmModel *m, const PsmBatch *b, const PsmEvalOptions *opt, doubl
       fprintf (opt->out, "%s\n", line->str);
     }
     if (opt && opt->ref) {
+      /* one reference a line, its sentences separated by " <q> " */
       g_string_truncate (line, 0);
-      for (guint i = 0; i < rw->len; i++)
-        g_string_append_printf (line, "%s%s", i ? " " : "", (const char *) rw->pdata[i]);
+      for (const char *c = ref; *c; c++)
+        if (*c == '\n')
+          g_string_append (line, " <q> ");
+        else
+          g_string_append_c (line, *c);
       fprintf (opt->ref, "%s\n", line->str);
     }
     if (opt && opt->json) {
@@ -616,6 +663,46 @@ eval_sequences (PsmModel *m, const PsmBatch *b, const PsmEvalOptions *opt, doubl
   g_array_unref (hid);
   g_array_unref (rid);
   g_string_free (line, TRUE);
+  g_string_free (hyp_text, TRUE);
+  g_string_free (ref_text, TRUE);
+  g_string_free (src_text, TRUE);
+  return ok;
+}
+
+gboolean
+psm_model_decode_texts (PsmModel *m, const char *const *texts, int n, const PsmEvalOptions *opt, GError **error)
+{
+  gboolean (*text_batch) (void *, const char *const *, int, PsmBatch *, GError **) =
+    PSM_CLASS_HOOK (m->tk, text_batch);
+  if (!m->dk || !text_batch) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_USAGE,
+                 "--input: %s", !m->dk ? "only pipelines with a decoder decode raw text"
+                                       : "the task plugin cannot read raw text (it has no text_batch)");
+    return FALSE;
+  }
+  psm_graph_set_grad (m->g, FALSE);
+  int EB = MAX (1, m->eval_batch / MAX (m->beam.beam, 1));
+  double gate_sum = 0.0;
+  long gate_n = 0;
+  gboolean ok = TRUE;
+  GTimer *timer = g_timer_new ();
+  for (int start = 0; start < n && ok; start += EB) {
+    int B = MIN (EB, n - start);
+    ok = text_batch (m->task, texts + start, B, &m->batch, error);
+    if (ok && m->batch.example_id)
+      for (int i = 0; i < m->batch.B; i++)
+        m->batch.example_id[i] = start + i;   /* the line, for --json */
+    if (ok) {
+      psm_graph_reset (m->g);
+      ok = eval_sequences (m, PSM_SPLIT_TEST, &m->batch, opt, FALSE, &gate_sum, &gate_n, error);
+    }
+    if (ok && opt->progress)
+      fprintf (stderr, "\rdecoded %d/%d  %.2f articles/s   ", start + B, n,
+               (start + B) / MAX (g_timer_elapsed (timer, NULL), 1e-9));
+  }
+  if (opt->progress)
+    fprintf (stderr, "\n");
+  g_timer_destroy (timer);
   return ok;
 }
 
@@ -687,7 +774,7 @@ psm_model_evaluate (PsmModel *m, PsmSplit split, const PsmEvalOptions *opt, PsmE
       eval_one_step (m, g, b, &enc, &out, opt ? opt->out : NULL);
     } else if (score) {
       psm_graph_reset (g);
-      ok = eval_sequences (m, b, opt, &gate_sum, &gate_n, error);
+      ok = eval_sequences (m, split, b, opt, TRUE, &gate_sum, &gate_n, error);
       if (ok && opt && opt->progress) {
         double t = g_timer_elapsed (timer, NULL);
         fprintf (stderr, "\rdecoded %ld/%ld  %.2f articles/s   ", start + B, n, (start + B) / MAX (t, 1e-9));

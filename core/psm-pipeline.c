@@ -43,6 +43,7 @@ static const PsmParamSpec optimizer_spec[] = {
 
 static const PsmParamSpec eval_spec[] = {
   { "batch", PSM_PARAM_INT, "256", 1, 65536, "examples per evaluation batch", NULL },
+  { "examples", PSM_PARAM_INT, "0", 0, 1e9, "eval/test/decode the first N examples of the split (0 = all)", NULL },
   PSM_PARAM_END
 };
 
@@ -54,6 +55,11 @@ static const PsmParamSpec decode_spec[] = {
   { "block_ngram", PSM_PARAM_INT, "0", 0, 16, "never repeat an n-gram of this length (0 = off)", NULL },
   { "no_unk", PSM_PARAM_BOOL, "false", PSM_NO_RANGE, "never emit the unknown word", NULL },
   { "attn_top", PSM_PARAM_INT, "3", 0, 64, "attention positions per token in --json output", NULL },
+  PSM_PARAM_END
+};
+
+static const PsmParamSpec continue_spec[] = {
+  { "steps", PSM_PARAM_INT, "0", 0, PSM_MAX_STEPS, "steps of a second phase after train.steps (0 = none)", NULL },
   PSM_PARAM_END
 };
 
@@ -69,6 +75,8 @@ static const PsmCoreSection core_sections[] = {
   { "eval", "evaluation", eval_spec },
   { "decode", "decoding (pipelines with a decoder)", decode_spec },
   { "run", "run folder", run_spec },
+  { "continue", "second training phase from the first's last checkpoint (set: its --set assignments)",
+    continue_spec },
   { NULL, NULL, NULL }
 };
 
@@ -98,6 +106,8 @@ struct PsmPipeline {
   const PsmPlugin *metric[MAX_METRICS];
   PsmSection *metric_sec[MAX_METRICS];
   char *run_dir;
+  char **sets;            /* the --set assignments it was loaded with */
+  gboolean continued;     /* phase two (psm_pipeline_continued) */
 };
 
 static void
@@ -196,6 +206,32 @@ resolve_plugin_section (PsmPipeline *pl, const char *path, PsmKind kind, gboolea
   g_free (ppath);
 }
 
+/* continue.set: a list of "key.path=value" strings. */
+static void
+check_continue_set (PsmPipeline *pl, GPtrArray *errors)
+{
+  config_setting_t *l = lookup (&pl->cfg, "continue.set");
+  if (!l)
+    return;
+  int t = config_setting_type (l);
+  if (t != CONFIG_TYPE_LIST && t != CONFIG_TYPE_ARRAY && t != CONFIG_TYPE_STRING) {
+    err (errors, pl->file, l, "continue.set",
+         "wrong type (expected a list of assignments: [ \"model.decoder.coverage=true\", ... ])");
+    return;
+  }
+  /* one string (as --set continue.set=... makes it) is one assignment */
+  int n = t == CONFIG_TYPE_STRING ? 1 : config_setting_length (l);
+  for (int i = 0; i < n; i++) {
+    config_setting_t *e = t == CONFIG_TYPE_STRING ? l : config_setting_get_elem (l, i);
+    const char *v = config_setting_type (e) == CONFIG_TYPE_STRING ? config_setting_get_string (e) : NULL;
+    if (!v || !strchr (v, '=') || *v == '=' || g_str_has_prefix (v, "continue.")) {
+      char *path = g_strdup_printf ("continue.set.[%d]", i);
+      err (errors, pl->file, e, path, "expected a \"key.path=value\" string outside continue.*");
+      g_free (path);
+    }
+  }
+}
+
 static void
 resolve_metrics (PsmPipeline *pl, GPtrArray *errors)
 {
@@ -250,6 +286,7 @@ psm_pipeline_load (const char *file, const char *const *sets, GError **error)
   pl->sections = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, (GDestroyNotify) psm_section_free);
   pl->plugins = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, NULL);
   pl->notes = g_ptr_array_new_with_free_func (g_free);
+  pl->sets = g_strdupv ((char **) sets);
   config_init (&pl->cfg);
   /* @include paths are relative to the pipeline's folder. */
   char *dir = g_path_get_dirname (file);
@@ -295,24 +332,29 @@ psm_pipeline_load (const char *file, const char *const *sets, GError **error)
 
   GPtrArray *errors = g_ptr_array_new_with_free_func (g_free);
   GError *plugin_error = NULL;
-  const char *top[] = { "task", "model", "train", "eval", "decode", "metrics", "run", NULL };
+  const char *top[] = { "task", "model", "train", "eval", "decode", "metrics", "run", "continue", NULL };
   check_keys (file, config_root_setting (&pl->cfg), "", top, errors);
   const char *model_keys[] = { "embedding", "encoder", "decoder", "head", NULL };
   config_setting_t *model = lookup (&pl->cfg, "model");
   if (model)
     check_keys (file, model, "model", model_keys, errors);
   const char *train_keys[] = { "optimizer", NULL };
+  const char *continue_keys[] = { "set", NULL };
   for (guint i = 0; i < G_N_ELEMENTS (plugin_sections); i++)
     resolve_plugin_section (pl, plugin_sections[i].path, plugin_sections[i].kind,
                             plugin_sections[i].required, errors, &plugin_error);
   for (const PsmCoreSection *cs = core_sections; cs->path; cs++) {
     config_setting_t *g = lookup (&pl->cfg, cs->path);
     psm_validate_group (file, g, cs->path, cs->spec,
-                        strcmp (cs->path, "train") == 0 ? train_keys : NULL, errors);
+                        strcmp (cs->path, "train") == 0      ? train_keys
+                        : strcmp (cs->path, "continue") == 0 ? continue_keys
+                                                             : NULL,
+                        errors);
     g_hash_table_insert (pl->sections, g_strdup (cs->path),
                          psm_section_new (cs->spec, g, cs->path, file));
   }
   resolve_metrics (pl, errors);
+  check_continue_set (pl, errors);
 
   if (errors->len) {
     if (plugin_error && errors->len == 1) {
@@ -356,11 +398,52 @@ psm_pipeline_free (PsmPipeline *pl)
   for (int i = 0; i < pl->n_metrics; i++)
     psm_section_free (pl->metric_sec[i]);
   g_free (pl->run_dir);
+  g_strfreev (pl->sets);
   g_free (pl->file);
   g_free (pl);
 }
 
 const char *psm_pipeline_file (const PsmPipeline *pl) { return pl->file; }
+
+gboolean
+psm_pipeline_has_continue (const PsmPipeline *pl)
+{
+  return !pl->continued && psm_section_int (psm_pipeline_section (pl, "continue"), "steps") > 0;
+}
+
+PsmPipeline *
+psm_pipeline_continued (const PsmPipeline *pl, GError **error)
+{
+  if (!psm_pipeline_has_continue (pl))
+    return NULL;
+  GPtrArray *sets = g_ptr_array_new_with_free_func (g_free);
+  for (char **s = pl->sets; s && *s; s++)
+    g_ptr_array_add (sets, g_strdup (*s));
+  config_setting_t *l = lookup ((config_t *) &pl->cfg, "continue.set");
+  int line = l ? config_setting_source_line (l) : 0;
+  if (l && config_setting_type (l) == CONFIG_TYPE_STRING)
+    g_ptr_array_add (sets, g_strdup (config_setting_get_string (l)));
+  else
+    for (int i = 0; l && i < config_setting_length (l); i++)
+      g_ptr_array_add (sets, g_strdup (config_setting_get_string (config_setting_get_elem (l, i))));
+  gint64 total = psm_section_int (psm_pipeline_section (pl, "train"), "steps") +
+                 psm_section_int (psm_pipeline_section (pl, "continue"), "steps");
+  g_ptr_array_add (sets, g_strdup_printf ("train.steps=%" G_GINT64_FORMAT, MIN (total, (gint64) PSM_MAX_STEPS)));
+  /* The run folder stays phase one's, even where continue.set names another. */
+  g_ptr_array_add (sets, g_strdup_printf ("run.dir=\"%s\"", pl->run_dir));
+  g_ptr_array_add (sets, NULL);
+  GError *e = NULL;
+  PsmPipeline *two = psm_pipeline_load (pl->file, (const char *const *) sets->pdata, &e);
+  g_ptr_array_unref (sets);
+  if (!two) {
+    g_set_error (error, e->domain, e->code, "%s:%d: continue.set: the second phase's pipeline is invalid:\n%s",
+                 pl->file, line, e->message);
+    g_error_free (e);
+    return NULL;
+  }
+  two->continued = TRUE;
+  return two;
+}
 
 const char *
 psm_pipeline_note (const PsmPipeline *pl, guint i)

@@ -78,9 +78,10 @@ check_class (const char *path, const PsmPluginDesc *d, GError **error)
       return FALSE;
     }
   if (d->kind == PSM_KIND_METRIC && !hook_set (d->klass, offsetof (PsmMetricClass, add)) &&
-      !hook_set (d->klass, offsetof (PsmMetricClass, add_loss))) {
+      !hook_set (d->klass, offsetof (PsmMetricClass, add_loss)) &&
+      !PSM_CLASS_HOOK ((const PsmMetricClass *) d->klass, add_text)) {
     g_set_error (error, PSM_PLUGIN_ERROR, PSM_PLUGIN_ERROR_CLASS,
-                 "%s: metric plugin '%s': class fields 'add' and 'add_loss' are both NULL (one is required)",
+                 "%s: metric plugin '%s': class fields 'add', 'add_loss' and 'add_text' are all NULL (one is required)",
                  path, d->name);
     return FALSE;
   }
@@ -223,8 +224,8 @@ load_locked (const char *path, GError **error)
    * ABI 1.0 (hooks appended since are optional: the core reads them only
    * when the size covers them, PSM_CLASS_HAS). */
   static const guint32 class_sizes[] = { 0, sizeof (PsmEncoderClass), offsetof (PsmDecoderClass, prepare),
-                                         sizeof (PsmHeadClass), offsetof (PsmTaskClass, save),
-                                         sizeof (PsmMetricClass) };
+                                         offsetof (PsmHeadClass, gate), offsetof (PsmTaskClass, save),
+                                         offsetof (PsmMetricClass, add_text) };
   guint32 csize = *(const guint32 *) d->klass;
   if (csize < class_sizes[d->kind]) {
     g_set_error (error, PSM_PLUGIN_ERROR, PSM_PLUGIN_ERROR_ABI,

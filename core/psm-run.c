@@ -304,6 +304,117 @@ out:
   return ok;
 }
 
+/* --- two-phase pipelines (continue.*) --- */
+
+/* Replaces *pl and *m by the second phase's pipeline and model. */
+static gboolean
+enter_phase_two (PsmPipeline **pl, PsmModel **m, gboolean check, GError **error)
+{
+  PsmPipeline *two = psm_pipeline_continued (*pl, error);
+  if (!two)
+    return FALSE;
+  PsmModel *m2 = psm_model_new (two, check, error);
+  if (!m2) {
+    psm_pipeline_free (two);
+    return FALSE;
+  }
+  psm_model_free (*m);
+  psm_pipeline_free (*pl);
+  *pl = two;
+  *m = m2;
+  return TRUE;
+}
+
+static char *
+phase_one_path (const PsmPipeline *pl)
+{
+  return g_build_filename (psm_pipeline_run_dir (pl), "phase1.ckpt", NULL);
+}
+
+/* Ends phase one in the run folder: its last state stays as phase1.ckpt,
+ * its best as phase1.best.ckpt (phase two keeps a best of its own: its
+ * validation loss has another term). Safe to repeat after a crash. */
+static gboolean
+close_phase_one (const PsmPipeline *pl, GError **error)
+{
+  const char *dir = psm_pipeline_run_dir (pl);
+  char *best = g_build_filename (dir, "best.ckpt", NULL);
+  char *best1 = g_build_filename (dir, "phase1.best.ckpt", NULL);
+  char *last = g_build_filename (dir, "last.ckpt", NULL);
+  char *one = phase_one_path (pl);
+  char *tmp = g_strdup_printf ("%s.tmp.%d", one, (int) getpid ());
+  gboolean ok = TRUE;
+  if (g_file_test (best, G_FILE_TEST_EXISTS) && g_rename (best, best1) != 0) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: cannot rename to %s: %s", best, best1,
+                 g_strerror (errno));
+    ok = FALSE;
+  }
+  /* Checkpoints are replaced by rename, never rewritten in place: a hard
+   * link keeps phase one's state without copying it. */
+  if (ok && link (last, tmp) != 0) {
+    char *data = NULL;
+    gsize n = 0;
+    ok = g_file_get_contents (last, &data, &n, error) && g_file_set_contents (tmp, data, (gssize) n, error);
+    g_free (data);
+  }
+  if (ok && g_rename (tmp, one) != 0) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: cannot write: %s", one, g_strerror (errno));
+    ok = FALSE;
+  }
+  if (!ok)
+    g_unlink (tmp);
+  g_free (tmp);
+  g_free (one);
+  g_free (last);
+  g_free (best1);
+  g_free (best);
+  return ok;
+}
+
+gboolean
+psm_train_phases (PsmPipeline **pl, PsmModel **m, const PsmTrainOptions *opt, GError **error)
+{
+  if (!psm_pipeline_has_continue (*pl))
+    return psm_train (*m, opt, error);
+  char *one = phase_one_path (*pl);
+  gboolean in_two = opt->resume && g_file_test (one, G_FILE_TEST_EXISTS);
+  g_free (one);
+  if (!in_two && !psm_train (*m, opt, error))
+    return FALSE;
+  if (!in_two && !close_phase_one (*pl, error))
+    return FALSE;
+  if (!enter_phase_two (pl, m, FALSE, error))
+    return FALSE;
+  if (!opt->quiet)
+    printf ("second phase (continue.set): %" G_GINT64_FORMAT " more steps from %s/phase1.ckpt\n",
+            psm_section_int (psm_pipeline_section (*pl, "continue"), "steps"), psm_pipeline_run_dir (*pl));
+  PsmTrainOptions o2 = *opt;
+  o2.resume = TRUE;
+  return psm_train (*m, &o2, error);
+}
+
+gboolean
+psm_run_select_phase (PsmPipeline **pl, PsmModel **m, GError **error)
+{
+  if (!psm_pipeline_has_continue (*pl))
+    return TRUE;
+  char *one = phase_one_path (*pl);
+  gboolean two = g_file_test (one, G_FILE_TEST_EXISTS);
+  g_free (one);
+  return !two || enter_phase_two (pl, m, FALSE, error);
+}
+
+gboolean
+psm_run_check_phases (PsmPipeline **pl, PsmModel **m, GError **error)
+{
+  if (!psm_run_check (*m, error))
+    return FALSE;
+  if (!psm_pipeline_has_continue (*pl))
+    return TRUE;
+  printf ("check: the second phase (continue.set)\n");
+  return enter_phase_two (pl, m, TRUE, error) && psm_run_check (*m, error);
+}
+
 static const char *
 split_name (PsmSplit s)
 {
@@ -332,11 +443,11 @@ close_output (FILE *f, const char *path, gboolean ok, GError **error)
   return ok;
 }
 
-gboolean
-psm_run_eval (PsmModel *m, PsmSplit split, gboolean write_decodes, gboolean json, GError **error)
+/* Loads the run folder's best checkpoint (else its last); its path. */
+static char *
+load_best (PsmModel *m, PsmCheckpointMeta *meta, GError **error)
 {
-  PsmPipeline *pl = psm_model_pipeline (m);
-  const char *dir = psm_pipeline_run_dir (pl);
+  const char *dir = psm_pipeline_run_dir (psm_model_pipeline (m));
   char *path = g_build_filename (dir, "best.ckpt", NULL);
   if (!g_file_test (path, G_FILE_TEST_EXISTS)) {
     g_free (path);
@@ -346,16 +457,93 @@ psm_run_eval (PsmModel *m, PsmSplit split, gboolean write_decodes, gboolean json
     g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_USAGE,
                  "%s: no checkpoint to evaluate (train first, or point --set run.dir at a run)", dir);
     g_free (path);
-    return FALSE;
+    return NULL;
   }
+  if (!psm_checkpoint_load (path, psm_model_params (m), NULL, meta, error)) {
+    g_free (path);
+    return NULL;
+  }
+  return path;
+}
+
+gboolean
+psm_run_decode_input (PsmModel *m, const char *input, gboolean json, GError **error)
+{
   PsmCheckpointMeta meta;
-  if (!psm_checkpoint_load (path, psm_model_params (m), NULL, &meta, error)) {
+  char *path = load_best (m, &meta, error);
+  if (!path)
+    return FALSE;
+  char *text = NULL;
+  gsize len = 0;
+  GError *e = NULL;
+  if (strcmp (input, "-") == 0) {
+    GString *s = g_string_new (NULL);
+    char buf[65536];
+    size_t k;
+    while ((k = fread (buf, 1, sizeof buf, stdin)) > 0)
+      g_string_append_len (s, buf, (gssize) k);
+    len = s->len;
+    text = g_string_free (s, FALSE);
+  } else if (!g_file_get_contents (input, &text, &len, &e)) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "--input %s: %s", input, e->message);
+    g_error_free (e);
     g_free (path);
     return FALSE;
   }
+  if (len && text[len - 1] == '\n')
+    text[len - 1] = '\0';
+  char **lines = len ? g_strsplit (text, "\n", -1) : g_new0 (char *, 1);
+  g_free (text);
+  int n = (int) g_strv_length (lines);
+  PsmEvalOptions eo = { 0, TRUE, json ? NULL : stdout, NULL, json ? stdout : NULL, isatty (2) };
+  gboolean ok = n > 0;
+  if (!ok)
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "--input %s: no text to decode (one article a line)",
+                 input);
+  if (ok)
+    ok = psm_model_decode_texts (m, (const char *const *) lines, n, &eo, error);
+  if (ok && (fflush (stdout) != 0 || ferror (stdout))) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "standard output: cannot write: %s", g_strerror (errno));
+    ok = FALSE;
+  }
+  if (ok)
+    fprintf (stderr, "psm-run: decoded %d text%s with %s (step %ld)\n", n, n == 1 ? "" : "s", path, meta.step);
+  g_strfreev (lines);
+  g_free (path);
+  return ok;
+}
+
+/* The first n summaries beside their references. */
+static void
+print_examples (const char *out_path, const char *ref_path, int n)
+{
+  char *a = NULL, *b = NULL;
+  if (!g_file_get_contents (out_path, &a, NULL, NULL) || !g_file_get_contents (ref_path, &b, NULL, NULL)) {
+    g_free (a);
+    return;
+  }
+  char **h = g_strsplit (a, "\n", n + 1), **r = g_strsplit (b, "\n", n + 1);
+  for (int i = 0; i < n && h[i] && r[i] && (*h[i] || *r[i]); i++)
+    printf ("example %d\n  summary:   %s\n  reference: %s\n", i + 1, h[i], r[i]);
+  g_strfreev (h);
+  g_strfreev (r);
+  g_free (a);
+  g_free (b);
+}
+
+gboolean
+psm_run_eval (PsmModel *m, PsmSplit split, gboolean write_decodes, gboolean json, GError **error)
+{
+  PsmPipeline *pl = psm_model_pipeline (m);
+  const char *dir = psm_pipeline_run_dir (pl);
+  PsmCheckpointMeta meta;
+  char *path = load_best (m, &meta, error);
+  if (!path)
+    return FALSE;
   gboolean seq = psm_model_has_decoder (m);
   const char *sn = split_name (split);
-  PsmEvalOptions eo = { 0, TRUE, NULL, NULL, NULL, isatty (2) };
+  PsmEvalOptions eo = { psm_section_int (psm_pipeline_section (pl, "eval"), "examples"), TRUE, NULL, NULL, NULL,
+                        isatty (2) };
   char *out_path = NULL, *ref_path = NULL, *json_path = NULL;
   gboolean ok = TRUE;
   if (write_decodes) {
@@ -396,9 +584,11 @@ psm_run_eval (PsmModel *m, PsmSplit split, gboolean write_decodes, gboolean json
         ok = write_failed (error, log_path);
     }
     g_free (log_path);
-    if (ok && out_path && seq)
+    if (ok && out_path && seq) {
+      print_examples (out_path, ref_path, 2);
       printf ("summaries written to %s (references: %s%s%s)\n", out_path, ref_path, json_path ? "; per token: " : "",
               json_path ? json_path : "");
+    }
     else if (ok && out_path)
       printf ("decodes written to %s (hypothesis<TAB>reference)\n", out_path);
   }

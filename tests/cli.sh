@@ -160,8 +160,47 @@ expect 1 "bad evaluation batch is an error too" "task plugin 'bad' returned a ba
   "$run" --check "$tmp/bad.cfg" --set task.defect=src_id --set task.where=eval
 expect 1 "a task that describes itself wrongly" "task plugin 'bad' describes itself wrongly: tgt_vocab < 1" -- \
   "$run" --check "$tmp/bad.cfg" --set task.defect=info
-expect 1 "a metric reporting too many values is an error" "metric plugin 'toomany' reported 9 values (a report holds 0 to 8 named values)" -- \
+expect 1 "a metric reporting too many values is an error" "metric plugin 'toomany' reported 17 values (a report holds 0 to 16 named values)" -- \
   "$run" --check "$tmp/bad.cfg" --set metrics=error_rate,toomany
+
+# a second training phase (continue.*): phase one kept, resumable in phase two
+expect 0 "two phases in one invocation" "second phase (continue.set): 10 more steps" -- \
+  "$run" --mode train "$tmp/tiny.cfg" --set "run.dir=$tmp/ph" --set continue.steps=10 --set continue.set=model.head.temperature=3
+[ -f "$tmp/ph/phase1.ckpt" ] && [ -f "$tmp/ph/phase1.best.ckpt" ] && [ -f "$tmp/ph/best.ckpt" ] \
+  && grep -q '"step": 40, "split": "valid"' "$tmp/ph/log.jsonl" \
+  && ok "phase one's checkpoints are kept; phase two logs steps 31-40" || bad "phase one's checkpoints are kept"
+expect 0 "--resume after both phases: nothing left" "is at step 40 and train.steps is 40" -- \
+  "$run" --mode train --resume "$tmp/tiny.cfg" --set "run.dir=$tmp/ph" --set continue.steps=10 --set continue.set=model.head.temperature=3
+expect 0 "--resume in phase two goes on there" "resumed .*last.ckpt at step 40" -- \
+  "$run" --mode train --resume "$tmp/tiny.cfg" --set "run.dir=$tmp/ph" --set continue.steps=20 --set continue.set=model.head.temperature=3
+expect 0 "--check checks both phases" "check: the second phase" -- \
+  "$run" --check "$tmp/tiny.cfg" --set continue.steps=5 --set continue.set=model.head.temperature=3
+cat > "$tmp/cont.cfg" <<CFG
+@include "tiny.cfg"
+continue = { steps = 5;
+  set = [ "model.head.nosuch=1" ]; };
+CFG
+expect 2 "a bad continue.set names the file and line" "cont.cfg:3: continue.set: the second phase's pipeline is invalid" -- \
+  "$run" --check "$tmp/cont.cfg"
+expect 2 "continue.set entries are assignments" "continue.set.\[0\]: expected a \"key.path=value\" string" -- \
+  "$run" --check "$tmp/tiny.cfg" --set continue.steps=5 --set continue.set=nonsense
+
+# psm-run score: text metrics over line-aligned files, no pipeline
+printf 'the cat sat on the mat . it was happy .\nsecond line\n' > "$tmp/hyp.txt"
+printf 'the cat was on the mat <q> it was very happy\nsecond line\n' > "$tmp/ref.txt"
+expect 0 "score: ROUGE of two files" "rouge (2 summaries):  rouge1_f 92.11" -- \
+  "$run" score --metric rouge --set rouge.average=mean "$tmp/hyp.txt" "$tmp/ref.txt"
+expect 0 "score: several metrics, reading a file from standard input" "repetition (2 summaries):  dup1 15.38" -- \
+  sh -c "\"$run\" score --metric rouge --metric repetition - \"$tmp/ref.txt\" < \"$tmp/hyp.txt\""
+printf 'one line\n' > "$tmp/short.txt"
+expect 1 "score: files of different lengths" "not line-aligned: .*hyp.txt has 2 lines, .*short.txt 1" -- \
+  "$run" score --metric rouge "$tmp/hyp.txt" "$tmp/short.txt"
+expect 2 "score: an unknown metric" "no metric plugin named 'nosuch'" -- "$run" score --metric nosuch "$tmp/hyp.txt" "$tmp/ref.txt"
+expect 2 "score: a metric of token ids" "metric 'error_rate' scores token ids" -- \
+  "$run" score --metric error_rate "$tmp/hyp.txt" "$tmp/ref.txt"
+expect 2 "score: a bad metric setting" "rouge.stemm: unknown key" -- \
+  "$run" score --metric rouge --set rouge.stemm=false "$tmp/hyp.txt" "$tmp/ref.txt"
+expect 1 "score: a missing file" "nosuch.txt (references)" -- "$run" score --metric rouge "$tmp/hyp.txt" "$tmp/nosuch.txt"
 
 # OMP_THREAD_LIMIT below the threads asked for: OpenBLAS's OpenMP build hung here
 expect 0 "OMP_THREAD_LIMIT below OMP_NUM_THREADS does not hang" "check: OK" -- \

@@ -4,6 +4,9 @@
 # checkpoint round-trip.
 set -u
 run="$top_builddir/tools/psm-run"
+# Pipelines name their data relative to the project's root (../shared/data);
+# a build elsewhere (make check-sanitizers) says where that root is.
+cd "${PSM_PROJECT_DIR:-$top_srcdir}" || exit 1
 status=0
 n=0
 for cfg in "$top_srcdir"/pipelines/*.cfg; do

@@ -11,7 +11,8 @@ char *openblas_get_corename (void);   /* OpenBLAS extension, in its cblas.h */
 
 static gchar **opt_set;
 static gboolean opt_resume, opt_check, opt_list, opt_quiet, opt_version, opt_json;
-static gchar *opt_mode, *opt_split;
+static gchar *opt_mode, *opt_split, *opt_sep, *opt_source, *opt_input;
+static gchar **opt_metric;
 
 static GOptionEntry entries[] = {
   { "set", 's', 0, G_OPTION_ARG_STRING_ARRAY, &opt_set,
@@ -26,6 +27,14 @@ static GOptionEntry entries[] = {
   { "quiet", 'q', 0, G_OPTION_ARG_NONE, &opt_quiet, "Only print results and errors", NULL },
   { "json", 0, 0, G_OPTION_ARG_NONE, &opt_json,
     "decode: also write DIR/decode.SPLIT.jsonl (tokens, p_gen, top attention positions)", NULL },
+  { "input", 'i', 0, G_OPTION_ARG_FILENAME, &opt_input,
+    "decode: summarise raw texts instead of a split, one article a line (- for standard input), to standard output",
+    "FILE" },
+  { "metric", 0, 0, G_OPTION_ARG_STRING_ARRAY, &opt_metric,
+    "score: a text metric to compute (repeatable), e.g. rouge", "NAME" },
+  { "sep", 0, 0, G_OPTION_ARG_STRING, &opt_sep,
+    "score: the token separating sentences in the files (default <q>; \"\" for none)", "TOKEN" },
+  { "source", 0, 0, G_OPTION_ARG_FILENAME, &opt_source, "score: the line-aligned source texts (novel_ngrams)", "FILE" },
   { "version", 0, 0, G_OPTION_ARG_NONE, &opt_version, "Print the version", NULL },
   { NULL }
 };
@@ -112,6 +121,8 @@ main (int argc, char **argv)
   GOptionContext *ctx = g_option_context_new ("PIPELINE.cfg — train, evaluate and decode a psm pipeline");
   g_option_context_add_main_entries (ctx, entries, NULL);
   g_option_context_set_description (ctx,
+    "psm-run score --metric NAME [--sep TOKEN] [--source FILE] [--set NAME.key=value] SUMMARIES REFERENCES\n"
+    "scores line-aligned files with text metrics, without a pipeline.\n\n"
     "Exit status: 0 ok, 1 runtime error (NaN loss, I/O, corrupt data or checkpoint),\n"
     "2 usage or configuration error. Plugins are searched in $PSM_PLUGIN_PATH, then\n"
     "the installed plugin folder. See psm-run(1) and psm-pipeline(5).\n");
@@ -129,6 +140,15 @@ main (int argc, char **argv)
   }
   if (opt_list)
     return do_list ();
+  if (argc >= 2 && strcmp (argv[1], "score") == 0) {
+    if (argc != 4) {
+      fprintf (stderr, "psm-run: score: expected two files, SUMMARIES REFERENCES (try --help)\n");
+      return 2;
+    }
+    gboolean ok = psm_score_files ((const char *const *) opt_metric, (const char *const *) opt_set, argv[2], argv[3],
+                                   opt_source, opt_sep ? opt_sep : "<q>", &e);
+    return ok ? 0 : fail (e);
+  }
   if (argc != 2) {
     fprintf (stderr, "psm-run: expected one pipeline file (try --help)\n");
     return 2;
@@ -145,6 +165,10 @@ main (int argc, char **argv)
       return 2;
     }
     split = PSM_SPLIT_VALID;
+  }
+  if (opt_input && strcmp (mode, "decode") != 0) {
+    fprintf (stderr, "psm-run: --input goes with --mode decode\n");
+    return 2;
   }
   if (opt_resume && opt_check) {
     fprintf (stderr, "psm-run: --resume and --check exclude each other\n");
@@ -163,18 +187,20 @@ main (int argc, char **argv)
   }
   gboolean ok = TRUE;
   if (opt_check) {
-    ok = psm_run_check (m, &e);
+    ok = psm_run_check_phases (&pl, &m, &e);
   } else {
     if (strcmp (mode, "all") == 0 || strcmp (mode, "train") == 0) {
       PsmTrainOptions to = { opt_resume, opt_quiet, isatty (STDERR_FILENO) };
-      ok = psm_train (m, &to, &e);
+      ok = psm_train_phases (&pl, &m, &to, &e);
+    } else {
+      ok = psm_run_select_phase (&pl, &m, &e);
     }
     if (ok && strcmp (mode, "all") == 0)
-      ok = psm_run_eval (m, PSM_SPLIT_TEST, FALSE, FALSE, &e);
+      ok = psm_run_eval (m, PSM_SPLIT_TEST, psm_model_has_decoder (m), FALSE, &e);   /* + the summaries */
     if (ok && strcmp (mode, "eval") == 0)
       ok = psm_run_eval (m, split, FALSE, FALSE, &e);
     if (ok && strcmp (mode, "decode") == 0)
-      ok = psm_run_eval (m, split, TRUE, opt_json, &e);
+      ok = opt_input ? psm_run_decode_input (m, opt_input, opt_json, &e) : psm_run_eval (m, split, TRUE, opt_json, &e);
   }
   psm_model_free (m);
   psm_pipeline_free (pl);

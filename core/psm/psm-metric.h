@@ -12,7 +12,7 @@ typedef struct {
   const char *const *words;    /* their text, or NULL */
 } PsmSeq;
 
-#define PSM_METRIC_MAX_VALUES 8
+#define PSM_METRIC_MAX_VALUES 16   /* 8 before ABI 1.2 */
 typedef struct {
   int n;
   const char *names[PSM_METRIC_MAX_VALUES];
@@ -28,6 +28,13 @@ typedef struct {
   void (*add_loss) (void *self, double nll_sum, long n_tokens);     /* may be NULL */
   void (*report) (void *self, PsmMetricReport *out);  /* values[0] is primary */
   gboolean higher_is_better;   /* of the primary value */
+  /* ABI 1.2, optional; called instead of add when set. Text metrics (ROUGE,
+   * n-gram statistics) of one example: hyp is the output's words separated
+   * by spaces; ref the reference's, its sentences separated by '\n'; src
+   * the source's (or NULL). Texts come whole: a reference or an article is
+   * not cut at the task's max_tgt / max_src when the task can say so (its
+   * example_text hook). */
+  void (*add_text) (void *self, const char *hyp, const char *ref, const char *src);
 } PsmMetricClass;
 
 G_END_DECLS

@@ -14,6 +14,13 @@ typedef struct PsmPipeline PsmPipeline;
 PsmPipeline *psm_pipeline_load (const char *file, const char *const *sets, GError **error);
 void psm_pipeline_free (PsmPipeline *pl);
 const char *psm_pipeline_file (const PsmPipeline *pl);
+/* A second training phase (continue.steps > 0; e.g. See et al.'s coverage
+ * phase): psm_pipeline_continued loads the same file with the same --set
+ * assignments, then continue.set, train.steps raised by continue.steps and
+ * the same run folder. NULL without error when pl has none (and for the
+ * second phase itself). */
+gboolean psm_pipeline_has_continue (const PsmPipeline *pl);
+PsmPipeline *psm_pipeline_continued (const PsmPipeline *pl, GError **error);
 /* Notes about the pipeline as read (i-th, or NULL past the end): settings
  * dropped because --set swapped a plugin that does not declare them. */
 const char *psm_pipeline_note (const PsmPipeline *pl, guint i);
@@ -79,6 +86,11 @@ typedef struct {
 /* Evaluates a split as opt says (NULL: everything scored, nothing written). */
 gboolean psm_model_evaluate (PsmModel *m, PsmSplit split, const PsmEvalOptions *opt,
                              PsmEvalResult *res, GError **error);
+/* Decodes n raw source texts (the task's text_batch prepares them as its
+ * training data), writing summaries to opt->out and per-token records to
+ * opt->json (either may be NULL). */
+gboolean psm_model_decode_texts (PsmModel *m, const char *const *texts, int n, const PsmEvalOptions *opt,
+                                 GError **error);
 /* Whether the pipeline has a decoder cell (sequence outputs). */
 gboolean psm_model_has_decoder (PsmModel *m);
 
@@ -103,9 +115,32 @@ gboolean psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error);
 /* write_decodes: DIR/decode.SPLIT.txt (and, with a decoder, the references
  * in DIR/reference.SPLIT.txt and, with json, DIR/decode.SPLIT.jsonl). */
 gboolean psm_run_eval (PsmModel *m, PsmSplit split, gboolean write_decodes, gboolean json, GError **error);
+/* Loads the best checkpoint and decodes raw texts, one article a line of
+ * input ("-": standard input), to standard output: one summary a line, or
+ * with json one JSON record a line (tokens, p_gen, top attention). */
+gboolean psm_run_decode_input (PsmModel *m, const char *input, gboolean json, GError **error);
 /* psm-run --check: build, a few steps on tiny data, decode, checkpoint
  * round-trip. Prints one line per stage. */
 gboolean psm_run_check (PsmModel *m, GError **error);
+
+/* The same for a pipeline with a second phase (continue.*): *pl and *m
+ * become the second phase's. psm_train_phases trains phase one, keeps its
+ * last state as DIR/phase1.ckpt (its best as DIR/phase1.best.ckpt), then
+ * continues from it; with opt->resume it picks up in whichever phase the
+ * run folder stopped. psm_run_select_phase switches to the second phase
+ * when the run folder has reached it (for eval and decode).
+ * psm_run_check_phases checks both phases. */
+gboolean psm_train_phases (PsmPipeline **pl, PsmModel **m, const PsmTrainOptions *opt, GError **error);
+gboolean psm_run_select_phase (PsmPipeline **pl, PsmModel **m, GError **error);
+gboolean psm_run_check_phases (PsmPipeline **pl, PsmModel **m, GError **error);
+
+/* psm-run score: the text metrics named (NULL-terminated) over line-aligned
+ * files — summaries, references and optionally sources ("-": standard
+ * input), one example a line, sentences separated by the token sep (NULL:
+ * none) — printing one line of scores per metric. sets: "METRIC.key=value"
+ * settings of the metrics. */
+gboolean psm_score_files (const char *const *metrics, const char *const *sets, const char *hyp, const char *ref,
+                          const char *src, const char *sep, GError **error);
 
 G_END_DECLS
 #endif

@@ -17,7 +17,9 @@ G_BEGIN_DECLS
  * pass those checks still load). 1.2: the decoder loop — appended
  * PsmEncoding.memo and PsmDecoderClass.prepare (per-article tensors of the
  * decoder computed once, expanded to beams by the core), PsmTaskCtx.run_dir,
- * PsmTaskClass.save and .text_batch, and the pointer ops of psm-ops.h. */
+ * PsmTaskClass.save, .text_batch and .example_text, PsmMetricClass.add_text
+ * (metrics on whole texts), PSM_METRIC_MAX_VALUES 16 (was 8), and the
+ * pointer ops of psm-ops.h. */
 #define PSM_ABI_MAJOR 1
 #define PSM_ABI_MINOR 2
 #define PSM_PLUGIN_ENTRY_SYMBOL "psm_plugin_entry"

@@ -39,6 +39,11 @@ typedef struct {
    * prepared as the training data was (tokenised, lower-cased); decoding
    * user input. */
   gboolean (*text_batch) (void *self, const char *const *texts, int n, PsmBatch *out, GError **error);
+  /* ABI 1.2, optional: example i of a split as whole texts for the text
+   * metrics (psm-metric.h add_text): *source the input, *reference the
+   * reference with its sentences separated by '\n' (NULL: unknown); owned
+   * by the task. */
+  void (*example_text) (void *self, PsmSplit split, int i, const char **source, const char **reference);
 } PsmTaskClass;
 
 G_END_DECLS

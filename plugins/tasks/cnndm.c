@@ -37,11 +37,16 @@ typedef struct {
 } Split;
 
 typedef struct {
+  GPtrArray *article, *summary;   /* char * */
+} Texts;
+
+typedef struct {
   int V, max_src, max_tgt;
   GPtrArray *words;             /* global id -> word; [0, V) is the vocabulary */
   GHashTable *index;            /* word -> global id + 1 */
   GArray *counts;               /* int64 train counts of the vocabulary words */
   Split split[3];
+  Texts text[3];                /* whole texts of valid and test (metrics) */
   gboolean check;
   /* batch scratch: global id -> extended id + 1 (reset per batch) */
   GHashTable *oov;
@@ -236,9 +241,6 @@ blank (const char *s)
 
 /* ---- reading a split into texts ---- */
 
-typedef struct {
-  GPtrArray *article, *summary;   /* char * */
-} Texts;
 
 static void
 texts_free (Texts *t)
@@ -501,6 +503,11 @@ cn_create (const PsmSection *cfg, const PsmTaskCtx *ctx, GError **error)
   t->V = (int) psm_section_int (cfg, "vocab");
   t->max_src = (int) psm_section_int (cfg, "max_src");
   t->max_tgt = (int) psm_section_int (cfg, "max_tgt");
+  if (ctx->check) {
+    /* psm-run --check: a few short examples exercise every path */
+    t->max_src = MIN (t->max_src, 48);
+    t->max_tgt = MIN (t->max_tgt, 16);
+  }
   t->check = ctx->check;
   t->words = g_ptr_array_new_with_free_func (g_free);
   t->index = g_hash_table_new (g_str_hash, g_str_equal);
@@ -537,8 +544,9 @@ cn_create (const PsmSection *cfg, const PsmTaskCtx *ctx, GError **error)
   g_free (vpath);
   for (int k = 0; k < 3 && ok; k++)
     fill_split (t, &t->split[k], &x[k]);
-  for (int k = 0; k < 3; k++)
-    texts_free (&x[k]);
+  texts_free (&x[0]);
+  for (int k = 1; k < 3; k++)
+    t->text[k] = x[k];   /* kept whole for the text metrics */
   if (!ok) {
     cn_destroy (t);
     return NULL;
@@ -550,6 +558,8 @@ static void
 cn_destroy (void *self)
 {
   Cnndm *t = self;
+  for (int k = 0; k < 3; k++)
+    texts_free (&t->text[k]);
   for (int k = 0; k < 3; k++) {
     g_free (t->split[k].src_off);
     g_free (t->split[k].tgt_off);
@@ -777,9 +787,21 @@ cn_text_batch (void *self, const char *const *texts, int n, PsmBatch *out, GErro
   return TRUE;
 }
 
+/* The whole article and reference of a validation or test example (the
+ * highlights one sentence a line, as in the jsonl). */
+static void
+cn_example_text (void *self, PsmSplit split, int i, const char **source, const char **reference)
+{
+  Cnndm *t = self;
+  const Texts *x = &t->text[split];
+  gboolean have = split != PSM_SPLIT_TRAIN && x->article && i >= 0 && i < (int) x->article->len;
+  *source = have ? x->article->pdata[i] : NULL;
+  *reference = have ? x->summary->pdata[i] : NULL;
+}
+
 static const PsmTaskClass klass = {
   sizeof (PsmTaskClass), cn_create, cn_destroy, cn_info, cn_train_batch, cn_n_examples, cn_eval_batch,
-  cn_token_text, cn_save, cn_text_batch
+  cn_token_text, cn_save, cn_text_batch, cn_example_text
 };
 
 PSM_PLUGIN (PSM_KIND_TASK, "cnndm",
