@@ -62,4 +62,10 @@ for kind in lead3 first50; do
     "$here/tools/psm-run" score --metric rouge "$@" "$tmp/$kind.txt" "$tmp/ref.txt" | tr -s ' ' '\n' \
       | awk -F'\n' '/^rouge[12L]_[rpf]$/ { name = $1; next } name { printf "  psm      %s %s\n", name, $1; name = "" }'
   done
-done
+done | tee "$tmp/both.txt"
+# the same 9 values x 6 settings from both: the largest difference
+awk '/==/ { sec = $0 }
+     /official/ { split($2, a, "-"); m = $3; sub("Average_", "", m); sub(":", "", m); o[sec " " a[2] " " m] = $4 }
+     /psm / { n = $2; sub("rouge", "", n); split(n, b, "_"); p[sec " " toupper(b[1]) " " toupper(b[2])] = $3 }
+     END { mx = 0; for (k in p) { c++; if (!(k in o)) miss++; d = p[k] - o[k]; if (d < 0) d = -d; if (d > mx) mx = d }
+           printf "%d values compared, %d without a counterpart, largest difference %.2f points\n", c, miss, mx }' "$tmp/both.txt"

@@ -473,27 +473,11 @@ psm_run_decode_input (PsmModel *m, const char *input, gboolean json, GError **er
   char *path = load_best (m, &meta, error);
   if (!path)
     return FALSE;
-  char *text = NULL;
-  gsize len = 0;
-  GError *e = NULL;
-  if (strcmp (input, "-") == 0) {
-    GString *s = g_string_new (NULL);
-    char buf[65536];
-    size_t k;
-    while ((k = fread (buf, 1, sizeof buf, stdin)) > 0)
-      g_string_append_len (s, buf, (gssize) k);
-    len = s->len;
-    text = g_string_free (s, FALSE);
-  } else if (!g_file_get_contents (input, &text, &len, &e)) {
-    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "--input %s: %s", input, e->message);
-    g_error_free (e);
+  char **lines = psm_read_lines (input, "--input", error);
+  if (!lines) {
     g_free (path);
     return FALSE;
   }
-  if (len && text[len - 1] == '\n')
-    text[len - 1] = '\0';
-  char **lines = len ? g_strsplit (text, "\n", -1) : g_new0 (char *, 1);
-  g_free (text);
   int n = (int) g_strv_length (lines);
   PsmEvalOptions eo = { 0, TRUE, json ? NULL : stdout, NULL, json ? stdout : NULL, isatty (2) };
   gboolean ok = n > 0;

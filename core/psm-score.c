@@ -9,9 +9,8 @@
 #include "psm/psm-metric.h"
 #include "psm/psm-pipeline.h"
 
-/* Lines of path, the trailing newline of the file not making an extra one. */
-static char **
-read_lines (const char *path, const char *what, GError **error)
+char **
+psm_read_lines (const char *path, const char *what, GError **error)
 {
   char *text = NULL;
   gsize n = 0;
@@ -127,8 +126,9 @@ psm_score_files (const char *const *metrics, const char *const *sets, const char
     ok = FALSE;
   }
   if (ok)
-    ok = (hyp = read_lines (hyp_path, "summaries", error)) && (ref = read_lines (ref_path, "references", error)) &&
-         (!src_path || (src = read_lines (src_path, "sources", error)));
+    ok = (hyp = psm_read_lines (hyp_path, "summaries", error)) &&
+         (ref = psm_read_lines (ref_path, "references", error)) &&
+         (!src_path || (src = psm_read_lines (src_path, "sources", error)));
   guint nh = ok ? g_strv_length (hyp) : 0, nr = ok ? g_strv_length (ref) : 0;
   if (ok && (nh != nr || (src && g_strv_length (src) != nh))) {
     char *third = src ? g_strdup_printf (", %s %u", src_path, g_strv_length (src)) : g_strdup ("");

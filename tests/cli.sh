@@ -185,6 +185,30 @@ expect 2 "a bad continue.set names the file and line" "cont.cfg:3: continue.set:
 expect 2 "continue.set entries are assignments" "continue.set.\[0\]: expected a \"key.path=value\" string" -- \
   "$run" --check "$tmp/tiny.cfg" --set continue.steps=5 --set continue.set=nonsense
 
+# a summariser end to end on a few records: train, test with ROUGE, decode raw text
+for i in 1 2 3 4 5 6; do
+  printf '%s\n' '{"id": "'$i'", "article": "the cat sat on the mat . the dog ran in the park '$i' . birds sang .", "highlights": "the cat sat .\nthe dog ran ."}'
+done > "$tmp/sum.jsonl"
+cat > "$tmp/sum.cfg" <<CFG
+task = { plugin = "cnndm"; train = "$tmp/sum.jsonl"; valid = "$tmp/sum.jsonl"; vocab = 12; };
+model = { embedding = { dim = 6; tie = true; }; encoder = { plugin = "bilstm"; hidden = 5; };
+          decoder = { plugin = "lstm_attn"; coverage = true; }; head = { plugin = "pointer_generator"; cov_loss_wt = 1.0; }; };
+train = { batch = 3; steps = 20; eval_every = 10; log_every = 10; optimizer = { name = "adagrad"; lr = 0.15; }; };
+eval = { batch = 4; examples = 3; };
+decode = { beam = 2; min_len = 2; max_len = 8; };
+metrics = ( "rouge", "repetition", "novel_ngrams" );
+CFG
+expect 0 "a summariser trains and tests: ROUGE and two examples" "example 2" -- "$run" "$tmp/sum.cfg" --set "run.dir=$tmp/sum"
+grep -q "rouge1_f" "$tmp/out" && grep -q "(3 examples)" "$tmp/out" && [ "$(wc -l < "$tmp/sum/decode.test.txt")" -eq 3 ] \
+  && grep -q "the cat sat . <q> the dog ran ." "$tmp/sum/reference.test.txt" \
+  && ok "eval.examples = 3 summaries written; references with <q> between sentences" || bad "3 summaries written"
+printf 'The Cat sat on the mat.\n\nA dog!\n' > "$tmp/raw.txt"
+expect 0 "decode raw text, one summary a line" "decoded 3 texts" -- "$run" --mode decode --input "$tmp/raw.txt" "$tmp/sum.cfg" --set "run.dir=$tmp/sum"
+[ "$(grep -c -v '^psm-run' "$tmp/out")" -eq 3 ] && ok "three lines in, three summaries out" || bad "three summaries out"
+expect 1 "decode: a missing --input file" "nosuch.txt (--input)" -- "$run" --mode decode --input "$tmp/nosuch.txt" "$tmp/sum.cfg" --set "run.dir=$tmp/sum"
+expect 2 "--input needs a decoder" "only pipelines with a decoder decode raw text" -- \
+  "$run" --mode decode --input "$tmp/raw.txt" "$tmp/tiny.cfg" --set "run.dir=$tmp/a"
+
 # psm-run score: text metrics over line-aligned files, no pipeline
 printf 'the cat sat on the mat . it was happy .\nsecond line\n' > "$tmp/hyp.txt"
 printf 'the cat was on the mat <q> it was very happy\nsecond line\n' > "$tmp/ref.txt"

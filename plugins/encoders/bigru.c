@@ -1,0 +1,68 @@
+/* bigru — one bidirectional GRU layer (Bahdanau et al. 2015, §3.2 and
+ * appendix A.2.1; the encoder of Gulcehre et al. 2016 §4).
+ *   [xf | xb]_t = x_t W_x + b_x     (both directions, all steps: one GEMM)
+ *   h→_t = GRU(xf_t, h→_(t-1))   t = 1..T   (whole-sequence op)
+ *   h←_t = GRU(xb_t, h←_(t+1))   t = T..1   (fused cell per step)
+ * Padding carries the state: the forward pass ends on each example's last
+ * real token, the backward one starts there from zeros. Annotations
+ * h_i = [h→_i; h←_i] ([T, B, 2H]); the summary is h←_1 ([B, H]), from which
+ * a Bahdanau decoder (gru_attn) computes its initial state
+ * s_0 = tanh(W_s h←_1). */
+#include <psm/psm.h>
+
+typedef struct {
+  int E, H;
+  int w_x, b_x, w_f, b_f, w_b, b_b;
+} BiGru;
+
+static const PsmParamSpec params[] = {
+  { "hidden", PSM_PARAM_INT, "256", 1, 16384, "hidden units H per direction", NULL },
+  PSM_PARAM_END
+};
+
+static void *
+bg_create (const PsmSection *cfg, const PsmBuildCtx *ctx, GError **error)
+{
+  BiGru *s = g_new0 (BiGru, 1);
+  s->E = ctx->emb_dim;
+  s->H = (int) psm_section_int (cfg, "hidden");
+  int H = s->H;
+  s->w_x = psm_build_matrix (ctx, "w_x", s->E, 6 * H, PSM_INIT_XAVIER, 0);
+  s->b_x = psm_build_vector (ctx, "b_x", 6 * H, PSM_INIT_ZEROS, 0);
+  s->w_f = psm_build_matrix (ctx, "w_fwd", H, 3 * H, PSM_INIT_ORTHOGONAL, 0);
+  s->b_f = psm_build_vector (ctx, "b_fwd", 3 * H, PSM_INIT_ZEROS, 0);
+  s->w_b = psm_build_matrix (ctx, "w_bwd", H, 3 * H, PSM_INIT_ORTHOGONAL, 0);
+  s->b_b = psm_build_vector (ctx, "b_bwd", 3 * H, PSM_INIT_ZEROS, 0);
+  return s;
+}
+
+static void bg_destroy (void *self) { g_free (self); }
+static int bg_out_dim (void *self) { return 2 * ((BiGru *) self)->H; }
+static int bg_summary_dim (void *self) { return ((BiGru *) self)->H; }
+
+static void
+bg_encode (void *self, PsmGraph *g, PsmParams *p, PsmTensor *emb, const float *mask, PsmEncoding *out)
+{
+  BiGru *s = self;
+  int T = emb->shape[0], B = emb->shape[1], H = s->H;
+  PsmTensor *xp = psm_linear (g, emb, psm_param (g, p, s->w_x), psm_param (g, p, s->b_x));
+  int sh[2] = { B, H }, shape[3] = { T, B, H };
+  PsmTensor *hf = psm_gru_seq (g, psm_slice (g, xp, 0, 3 * H), psm_tensor_zeros (g, 2, sh, FALSE),
+                               psm_param (g, p, s->w_f), psm_param (g, p, s->b_f), mask);
+  PsmTensor *hb = psm_tensor_new (g, 3, shape, psm_graph_grad_enabled (g));
+  PsmTensor *xb = psm_slice (g, xp, 3 * H, 3 * H), *wb = psm_param (g, p, s->w_b), *bb = psm_param (g, p, s->b_b);
+  PsmTensor *h = psm_tensor_zeros (g, 2, sh, FALSE);
+  for (int t = T - 1; t >= 0; t--) {
+    h = psm_gru_cell (g, psm_tensor_step (g, xb, t), h, wb, bb, mask + (size_t) t * B);
+    psm_set_step (g, hb, t, h);
+  }
+  out->annotations = psm_concat (g, hf, hb);
+  out->summary = h;
+}
+
+static const PsmEncoderClass klass = {
+  sizeof (PsmEncoderClass), bg_create, bg_destroy, bg_out_dim, bg_summary_dim, bg_encode
+};
+
+PSM_PLUGIN (PSM_KIND_ENCODER, "bigru",
+            "bidirectional GRU (Bahdanau et al.): annotations [h→; h←], summary h←_1", params, NULL, &klass)
