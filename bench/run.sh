@@ -1,8 +1,10 @@
 #!/bin/sh
 # Runs psm's benchmarks and the PyTorch reference side by side, same
 # machine, same thread count (THREADS, default 2). From the build tree:
-#   make bench && sh bench/run.sh
+#   make bench && sh bench/run.sh [all | gru | see]
+# (gru: sections a and b, see: section c)
 set -eu
+WHAT=${1:-all}
 top=$(cd "$(dirname "$0")/.." && pwd)
 THREADS=${THREADS:-2}
 SECONDS_PER=${SECONDS_PER:-3}
@@ -15,9 +17,15 @@ unset OPENBLAS_CORETYPE
 [ -n "${BENCH_OPENBLAS_CORETYPE:-}" ] && export OPENBLAS_CORETYPE="$BENCH_OPENBLAS_CORETYPE"
 # PyTorch's best runtime on Debian: jemalloc, OpenBLAS's OpenMP build.
 JEMALLOC=$(ls /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 2>/dev/null || true)
+# ... and jemalloc keeping the pages it has used: with its default decay it
+# hands freed memory back to the kernel, and on this virtual machine the
+# page faults of re-touching it made the See model's step 14x slower
+# (BENCHMARKS.md, section c).
+export MALLOC_CONF=${MALLOC_CONF:-dirty_decay_ms:-1,muzzy_decay_ms:-1}
 echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "# threads: $THREADS; BLAS: $(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3)"
-echo "# jemalloc for PyTorch: ${JEMALLOC:-not found}; OpenBLAS kernels: $(PSM_PLUGIN_PATH= "$top/psm" --version | sed 's/.*kernels: \([^)]*\).*/\1/')"
+echo "# jemalloc for PyTorch: ${JEMALLOC:-not found} (MALLOC_CONF=$MALLOC_CONF); OpenBLAS kernels: $(PSM_PLUGIN_PATH= "$top/psm" --version | sed 's/.*kernels: \([^)]*\).*/\1/')"
+if [ "$WHAT" != see ]; then
 echo
 echo "## (a) matmul forward+backward: psm op vs bare cblas_sgemm"
 "$top/bench/bench-matmul" 1.0
@@ -32,3 +40,28 @@ for shape in "16 256" "32 256" "64 256" "250 1000"; do
   printf '%-6s %-6s %12s %12s %10.2f\n' "$1" "$2" "$p" "$tm" "$(echo "$tm / $p" | bc -l)"
 done
 echo "# $t" | sed 's/ B=.*(/ (/'
+fi
+[ "$WHAT" != gru ] || exit 0
+echo
+echo "## (c) See et al.'s pointer-generator with coverage (vocab 20k, emb 128, hidden 256, B 16, 400/100), psm vs PyTorch"
+arts=$(mktemp)
+trap 'rm -f "$arts"' EXIT
+# the validation articles of ../shared/data/cnndm, one a line
+/usr/bin/python3 -c 'import json, sys
+for l in open(sys.argv[1], encoding="utf-8"):
+    print(json.loads(l)["article"].replace("\n", " "))' "${PSM_DATA:-$top/../shared/data}/cnndm/valid.jsonl" > "$arts"
+cd "$top"
+export PSM_PLUGIN_PATH="$top/plugins/.libs"
+N_DECODE=${N_DECODE:-24}
+p=$(BENCH_PROFILE=1 "$top/bench/bench-see" train "$SECONDS_PER")
+t=$(LD_PRELOAD="$JEMALLOC" /usr/bin/python3 "$top/bench/see_torch.py" train "$SECONDS_PER")
+echo "$p"; echo "$t"
+ptok=$(echo "$p" | sed -n 's/.*ms\/step, \([0-9.]*\) target.*/\1/p')
+ttok=$(echo "$t" | sed -n 's/.*ms\/step, \([0-9.]*\) target.*/\1/p')
+printf 'training: psm / PyTorch target tokens/s = %.2f\n' "$(echo "$ptok / $ttok" | bc -l)"
+p=$("$top/bench/bench-see" decode "$arts" "$N_DECODE")
+t=$(LD_PRELOAD="$JEMALLOC" /usr/bin/python3 "$top/bench/see_torch.py" decode "$arts" "$N_DECODE")
+echo "$p"; echo "$t"
+pa=$(echo "$p" | sed -n 's/.*: \([0-9.]*\) articles.*/\1/p')
+ta=$(echo "$t" | sed -n 's/.*: \([0-9.]*\) articles.*/\1/p')
+printf 'decoding: psm / PyTorch articles/s = %.2f\n' "$(echo "$pa / $ta" | bc -l)"

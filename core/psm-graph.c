@@ -108,7 +108,81 @@ struct PsmGraph {
   PsmNode **nodes;
   size_t n_nodes, cap_nodes;
   gboolean grad;
+  PsmProfile *prof;
+  GPtrArray *deferred;   /* PsmDeferredValues *, until the next reset */
+  PsmPhase phase;
+  gint64 mark;           /* µs: the last op or phase mark, when profiling */
 };
+
+const char *const psm_phase_names[PSM_PHASE_COUNT] = { "other", "encoder", "decoder", "head" };
+
+void
+psm_graph_set_profile (PsmGraph *g, PsmProfile *prof)
+{
+  g->prof = prof;
+  g->mark = g_get_monotonic_time ();
+}
+
+PsmProfile *
+psm_graph_profile (PsmGraph *g)
+{
+  return g->prof;
+}
+
+void
+psm_graph_phase (PsmGraph *g, PsmPhase phase)
+{
+  g->phase = phase;
+  if (g->prof)
+    g->mark = g_get_monotonic_time ();
+}
+
+static int
+cmp_desc (const void *a, const void *b)
+{
+  double x = *(const double *) a, y = *(const double *) b;
+  return (x < y) - (x > y);
+}
+
+void
+psm_profile_print (const PsmProfile *p, FILE *out)
+{
+  double n = MAX (p->steps, 1), total = p->optim;
+  for (int ph = 0; ph < PSM_PHASE_COUNT; ph++)
+    for (int op = 0; op < PSM_OP_COUNT; op++)
+      total += p->fwd[ph][op] + p->bwd[ph][op];
+  fprintf (out, "profile over %ld steps: %.1f ms a step (forward + backward + optimiser)\n", p->steps,
+           1e3 * total / n);
+  fprintf (out, "  %-9s %-20s %10s %10s %7s\n", "phase", "op", "fwd ms", "bwd ms", "share");
+  for (int ph = 0; ph < PSM_PHASE_COUNT; ph++) {
+    double f = 0, b = 0;
+    double row[PSM_OP_COUNT][2];
+    int k = 0;
+    for (int op = 0; op < PSM_OP_COUNT; op++) {
+      f += p->fwd[ph][op];
+      b += p->bwd[ph][op];
+      if (p->fwd[ph][op] + p->bwd[ph][op] > 0) {
+        row[k][0] = p->fwd[ph][op] + p->bwd[ph][op];
+        row[k][1] = op;
+        k++;
+      }
+    }
+    if (f + b <= 0)
+      continue;
+    fprintf (out, "  %-9s %-20s %10.1f %10.1f %6.1f%%\n", psm_phase_names[ph], "(all)", 1e3 * f / n, 1e3 * b / n,
+             100 * (f + b) / total);
+    qsort (row, k, sizeof row[0], cmp_desc);
+    for (int i = 0; i < k; i++) {
+      int op = (int) row[i][1];
+      if (row[i][0] < 0.005 * total)
+        break;
+      fprintf (out, "  %-9s %-20s %10.1f %10.1f %6.1f%%\n", "", psm_op_table[op].name, 1e3 * p->fwd[ph][op] / n,
+               1e3 * p->bwd[ph][op] / n, 100 * row[i][0] / total);
+    }
+  }
+  fprintf (out, "  %-9s %-20s %10s %10.1f %6.1f%%\n", "optimiser", "(clip, update)", "", 1e3 * p->optim / n,
+           100 * p->optim / total);
+}
 
 PsmGraph *
 psm_graph_new (void)
@@ -126,6 +200,8 @@ psm_graph_free (PsmGraph *g)
     return;
   psm_arena_free (g->arena);
   g_free (g->nodes);
+  if (g->deferred)
+    g_ptr_array_unref (g->deferred);
   g_free (g);
 }
 
@@ -134,6 +210,40 @@ psm_graph_reset (PsmGraph *g)
 {
   psm_arena_reset (g->arena);
   g->n_nodes = 0;
+  psm_graph_phase (g, PSM_PHASE_OTHER);
+  if (g->deferred)
+    g_ptr_array_set_size (g->deferred, 0);
+}
+
+static void
+deferred_free (gpointer p)
+{
+  PsmDeferredValues *d = p;
+  g_array_unref (d->steps);
+  g_free (d);
+}
+
+PsmDeferredValues *
+psm_graph_deferred_values (PsmGraph *g, const float *grad)
+{
+  for (guint i = 0; g->deferred && grad && i < g->deferred->len; i++) {
+    PsmDeferredValues *d = g_ptr_array_index (g->deferred, i);
+    if (d->grad == grad)
+      return d;
+  }
+  return NULL;
+}
+
+PsmDeferredValues *
+psm_graph_add_deferred_values (PsmGraph *g, const float *grad)
+{
+  if (!g->deferred)
+    g->deferred = g_ptr_array_new_with_free_func (deferred_free);
+  PsmDeferredValues *d = g_new0 (PsmDeferredValues, 1);
+  d->grad = grad;
+  d->steps = g_array_new (FALSE, FALSE, sizeof (const float *));
+  g_ptr_array_add (g->deferred, d);
+  return d;
 }
 
 void psm_graph_set_grad (PsmGraph *g, gboolean enabled) { g->grad = enabled; }
@@ -302,6 +412,11 @@ psm_op_out (PsmGraph *g, int ndim, const int *shape, int n_in, PsmTensor *const 
 PsmNode *
 psm_graph_record (PsmGraph *g, PsmOpKind op, PsmTensor *out, int n_in, PsmTensor *const *in)
 {
+  if (g->prof) {
+    gint64 now = g_get_monotonic_time ();
+    g->prof->fwd[g->phase][op] += 1e-6 * (double) (now - g->mark);
+    g->mark = now;
+  }
   if (!out->grad)
     return NULL;
   if (g->n_nodes == g->cap_nodes) {
@@ -310,6 +425,7 @@ psm_graph_record (PsmGraph *g, PsmOpKind op, PsmTensor *out, int n_in, PsmTensor
   }
   PsmNode *nd = psm_arena_alloc0 (g->arena, sizeof *nd);
   nd->op = op;
+  nd->phase = g->phase;
   nd->out = out;
   for (int i = 0; i < n_in && i < PSM_NODE_MAX_IN; i++)
     nd->in[i] = in[i];
@@ -324,6 +440,18 @@ psm_backward (PsmGraph *g, PsmTensor *loss)
   if (!loss->grad)
     return;
   loss->grad[0] += 1.0f;
+  if (g->prof) {
+    gint64 t = g_get_monotonic_time ();
+    for (size_t i = g->n_nodes; i-- > 0;) {
+      PsmNode *nd = g->nodes[i];
+      psm_op_table[nd->op].backward (nd);
+      gint64 now = g_get_monotonic_time ();
+      g->prof->bwd[nd->phase][nd->op] += 1e-6 * (double) (now - t);
+      t = now;
+    }
+    g->prof->steps++;
+    return;
+  }
   for (size_t i = g->n_nodes; i-- > 0;) {
     PsmNode *nd = g->nodes[i];
     psm_op_table[nd->op].backward (nd);

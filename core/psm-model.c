@@ -275,6 +275,8 @@ encode (PsmModel *m, PsmGraph *g, const PsmBatch *b, PsmEncoding *enc)
   enc->mask = b->src_mask;
   enc->src = b->src;
   m->ek->encode (m->enc, g, m->params, x, b->src_mask, enc);
+  if (m->dk && enc->annotations && enc->annotations->grad && enc->annotations->ndim == 3)
+    psm_defer_values_grad (g, enc->annotations);   /* one GEMM per example instead of a pass per step */
   PsmTensor *(*prepare) (void *, PsmGraph *, PsmParams *, const PsmEncoding *) = m->dk ? PSM_CLASS_HOOK (m->dk, prepare) : NULL;
   if (prepare)
     enc->memo = prepare (m->dec, g, m->params, enc);
@@ -343,12 +345,17 @@ psm_model_loss (PsmModel *m, PsmGraph *g, const PsmBatch *b)
 {
   PsmEncoding enc;
   PsmDecOut out;
+  psm_graph_phase (g, PSM_PHASE_ENCODER);
   encode (m, g, b, &enc);
+  psm_graph_phase (g, PSM_PHASE_DECODER);
   if (m->dk)
     decode_forced (m, g, b, &enc, &out);
   else
     summary_step (g, &enc, &out);
-  return m->hk->loss (m->head, g, m->params, &enc, &out, b);
+  psm_graph_phase (g, PSM_PHASE_HEAD);
+  PsmTensor *loss = m->hk->loss (m->head, g, m->params, &enc, &out, b);
+  psm_graph_phase (g, PSM_PHASE_OTHER);
+  return loss;
 }
 
 /* ---- decoding ---- */

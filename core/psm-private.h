@@ -32,6 +32,8 @@ typedef enum {
   PSM_OP_GRU_CELL,
   PSM_OP_GRU_SEQ,
   PSM_OP_LSTM_CELL,
+  PSM_OP_LSTM_SEQ,
+  PSM_OP_DEFER_VALUES,
   PSM_OP_ATTEND,
   PSM_OP_ADDITIVE_ATTENTION,
   PSM_OP_SET_STEP,
@@ -51,6 +53,7 @@ typedef enum {
 typedef struct PsmNode PsmNode;
 struct PsmNode {
   PsmOpKind op;
+  int phase;             /* PsmPhase when recorded (profiling) */
   PsmTensor *out;
   PsmTensor *in[PSM_NODE_MAX_IN];
   void *saved;           /* op-specific, in the arena */
@@ -67,6 +70,42 @@ typedef struct {
 } PsmOpInfo;
 
 extern const PsmOpInfo psm_op_table[PSM_OP_COUNT];
+
+/* Profiling (psm-run --profile, bench/bench-see): the model marks the phase
+ * of a step it is in; a graph with a profile attached adds the wall time
+ * of every op to its (phase, op) cell, forward (the time since the previous
+ * op or phase mark, ops running eagerly) and backward. */
+typedef enum {
+  PSM_PHASE_OTHER, PSM_PHASE_ENCODER, PSM_PHASE_DECODER, PSM_PHASE_HEAD, PSM_PHASE_COUNT
+} PsmPhase;
+typedef struct {
+  double fwd[PSM_PHASE_COUNT][PSM_OP_COUNT];
+  double bwd[PSM_PHASE_COUNT][PSM_OP_COUNT];
+  double optim;          /* clipping, update, zeroing: psm_train adds it */
+  long steps;
+} PsmProfile;
+extern const char *const psm_phase_names[PSM_PHASE_COUNT];
+void psm_graph_set_profile (PsmGraph *g, PsmProfile *prof);   /* NULL: off */
+PsmProfile *psm_graph_profile (PsmGraph *g);
+void psm_graph_phase (PsmGraph *g, PsmPhase phase);
+/* Prints the profile as a table: per phase, its ops by time. */
+void psm_profile_print (const PsmProfile *prof, FILE *out);
+
+/* Deferred gradient of attention values (core/ops/attention.c). Every
+ * decoding step's attention adds a[b, i] dctx[b] to the gradient of the
+ * annotations [T, B, H], a read-modify-write of all of them per step. Once
+ * the core has called psm_defer_values_grad on the annotations, the
+ * attention ops over them only note their (a, dctx) and the op's own node,
+ * which runs after all of theirs in the backward pass, adds the whole sum
+ * as one GEMM per example: dH[:, b] += A_b^T dC_b. */
+typedef struct {
+  const float *grad;     /* the values' gradient buffer: the key */
+  int T, B, H;
+  GArray *steps;         /* const float * pairs: a [B, T], dctx [B, H] */
+} PsmDeferredValues;
+void psm_defer_values_grad (PsmGraph *g, PsmTensor *values);
+PsmDeferredValues *psm_graph_deferred_values (PsmGraph *g, const float *grad);
+PsmDeferredValues *psm_graph_add_deferred_values (PsmGraph *g, const float *grad);
 
 /* Record a node when gradients flow to any input; returns NULL otherwise. */
 PsmNode *psm_graph_record (PsmGraph *g, PsmOpKind op, PsmTensor *out, int n_in, PsmTensor *const *in);
@@ -103,6 +142,8 @@ PSM_DECLARE_BACKWARD (bce_logits);
 PSM_DECLARE_BACKWARD (gru_cell);
 PSM_DECLARE_BACKWARD (gru_seq);
 PSM_DECLARE_BACKWARD (lstm_cell);
+PSM_DECLARE_BACKWARD (lstm_seq);
+PSM_DECLARE_BACKWARD (defer_values);
 PSM_DECLARE_BACKWARD (attend);
 PSM_DECLARE_BACKWARD (additive_attention);
 PSM_DECLARE_BACKWARD (set_step);
@@ -155,6 +196,13 @@ static inline int psm_pack_panels (int n) { return (n + PSM_PACK_NR - 1) / PSM_P
 size_t psm_packed_floats (int K, int n);
 void psm_pack (int K, int n, const float *B, int ldb, gboolean tb, float *out);
 void psm_packed_gemm (int M, int K, int n, const float *A, int lda, const float *Bp, float *C, int ldc);
+/* Whole-sequence recurrences on packed weights (gru.c, lstm.c): the threads
+ * to use for B independent rows, the rows [*b0, *b1) of thread id, and
+ * op(W) (K x n) packed into wp by the threads of the enclosing region (with
+ * a barrier). */
+int psm_pack_threads (int B);
+void psm_pack_row_split (int B, int nth, int id, int *b0, int *b1);
+void psm_pack_shared (int K, int n, const float *w, int ldw, gboolean tb, float *wp);
 
 /* malloc / calloc / 64-byte aligned (free with free()) that call
  * psm_out_of_memory instead of returning NULL (core/psm-mem.c). */

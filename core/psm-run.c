@@ -182,6 +182,8 @@ psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error)
   double clip = psm_section_float (train, "clip_norm");
   PsmGraph *g = psm_model_graph (m);
   PsmBatch *batch = psm_model_batch (m);
+  PsmProfile *prof = opt->profile ? g_new0 (PsmProfile, 1) : NULL;
+  psm_graph_set_profile (g, prof);
   GTimer *timer = g_timer_new ();
   double win_loss = 0.0, win_tokens = 0.0, t_win = 0.0, t_live = 0.0;
   char line[160];
@@ -211,6 +213,7 @@ psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error)
       goto out_timer;
     }
     psm_backward (g, loss);
+    gint64 t_opt = prof ? g_get_monotonic_time () : 0;
     double gnorm = psm_params_clip (params, clip);
     if (!isfinite (gnorm)) {
       g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "step %ld: gradient norm is %s; training stopped. %s",
@@ -219,6 +222,10 @@ psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error)
     }
     psm_optim_step (optim, step);
     psm_params_zero_grad (params);
+    if (prof) {
+      gint64 now = g_get_monotonic_time ();
+      prof->optim += 1e-6 * (double) (now - t_opt);
+    }
 
     double tok = 0.0;
     for (int i = 0; i < batch->T * batch->B; i++)
@@ -262,7 +269,10 @@ psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error)
        * would cost more than the training between them). */
       PsmEvalResult r;
       PsmEvalOptions vo = { valid_n, FALSE, NULL, NULL, NULL, FALSE };
-      if (!psm_model_evaluate (m, PSM_SPLIT_VALID, &vo, &r, error))
+      psm_graph_set_profile (g, NULL);   /* training steps only */
+      gboolean evaluated = psm_model_evaluate (m, PSM_SPLIT_VALID, &vo, &r, error);
+      psm_graph_set_profile (g, prof);
+      if (!evaluated)
         goto out_timer;
       if (!isfinite (r.loss)) {
         g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
@@ -290,8 +300,12 @@ psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error)
   if (!opt->quiet)
     printf ("trained %ld steps in %.1f s\n", steps - start_step, g_timer_elapsed (timer, NULL));
   ok = TRUE;
+  if (prof && prof->steps)
+    psm_profile_print (prof, stdout);
 out_timer:
   g_timer_destroy (timer);
+  psm_graph_set_profile (g, NULL);
+  g_free (prof);
 out:
   if (log && fclose (log) != 0 && ok)
     ok = write_failed (error, log_path);

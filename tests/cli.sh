@@ -32,7 +32,7 @@ metrics = ( "error_rate" );
 CFG
 
 expect 0 "--help" "--resume" -- "$run" --help
-expect 0 "--version" "plugin ABI 1.2" -- "$run" --version
+expect 0 "--version" "plugin ABI 1.3" -- "$run" --version
 expect 0 "--list shows plugins and their parameters" "temperature" -- "$run" --list
 grep -q "rarest_word" "$tmp/out" && grep -q "train.optimizer" "$tmp/out" && ok "--list shows tasks and core sections" || bad "--list shows tasks and core sections"
 missing=""
@@ -202,6 +202,10 @@ expect 0 "a summariser trains and tests: ROUGE and two examples" "example 2" -- 
 grep -q "rouge1_f" "$tmp/out" && grep -q "(3 examples)" "$tmp/out" && [ "$(wc -l < "$tmp/sum/decode.test.txt")" -eq 3 ] \
   && grep -q "the cat sat . <q> the dog ran ." "$tmp/sum/reference.test.txt" \
   && ok "eval.examples = 3 summaries written; references with <q> between sentences" || bad "3 summaries written"
+expect 0 "--profile: a table of time per phase after training" "profile over 20 steps" -- \
+  "$run" "$tmp/sum.cfg" --mode train --profile --set "run.dir=$tmp/prof"
+grep -q "^  decoder .*(all)" "$tmp/out" && grep -q "^  optimiser" "$tmp/out" && ok "--profile: decoder and optimiser rows" \
+  || bad "--profile rows"
 printf 'The Cat sat on the mat.\n\nA dog!\n' > "$tmp/raw.txt"
 expect 0 "decode raw text, one summary a line" "decoded 3 texts" -- "$run" --mode decode --input "$tmp/raw.txt" "$tmp/sum.cfg" --set "run.dir=$tmp/sum"
 [ "$(grep -c -v '^psm-run' "$tmp/out")" -eq 3 ] && ok "three lines in, three summaries out" || bad "three summaries out"

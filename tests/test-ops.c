@@ -676,6 +676,58 @@ START_TEST (test_lstm)
 }
 END_TEST
 
+static PsmTensor *
+f_lstm_seq (PsmGraph *g, void *ud)
+{
+  Case *c = ud;
+  return psm_test_project (g, psm_lstm_seq (g, in (g, c, 0), in (g, c, 1), in (g, c, 2), in (g, c, 3), c->mask,
+                                            c->which));
+}
+
+/* psm_lstm_seq in both directions against psm_lstm_cell step by step, with
+ * padding inside and at the ends of rows; B = 13, H = 20 also splits the
+ * rows unevenly over the threads and pads the packed panels. Then the
+ * finite-difference check of every input on the small case. */
+START_TEST (test_lstm_seq)
+{
+  PsmRng rng;
+  psm_rng_seed (&rng, 17);
+  int sizes[2][2] = { { 3, 4 }, { 13, 20 } }, T = 4;
+  for (int si = 0; si < 2; si++)
+    for (int rev = 0; rev < 2; rev++) {
+      int B = sizes[si][0], H = sizes[si][1];
+      Case c = { 0 };
+      c.which = rev;
+      alloc_in (&c, 0, 3, T, B, 4 * H, &rng, 1.0f);
+      alloc_in (&c, 1, 2, B, H, 0, &rng, 1.0f);
+      alloc_in (&c, 2, 2, B, H, 0, &rng, 1.0f);
+      alloc_in (&c, 3, 2, H, 4 * H, 0, &rng, 0.8f);
+      for (int i = 0; i < T * B; i++)
+        c.mask[i] = (i == 1 || i == B + 2 || i == T * B - 1 || i == 2 * B) ? 0.0f : 1.0f;
+      PsmGraph *g = psm_graph_new ();
+      PsmTensor *xp = in (g, &c, 0), *h = in (g, &c, 1), *cc = in (g, &c, 2), *w = in (g, &c, 3);
+      PsmTensor *seq = psm_lstm_seq (g, xp, h, cc, w, c.mask, rev);
+      ck_assert_int_eq (seq->shape[0], T + 1);
+      for (int k = 0; k < T; k++) {
+        int t = rev ? T - 1 - k : k;
+        PsmTensor *hc = psm_lstm_cell (g, psm_tensor_step (g, xp, t), h, cc, w, c.mask + t * B);
+        h = psm_tensor_step (g, hc, 0);
+        cc = psm_tensor_step (g, hc, 1);
+        for (int i = 0; i < B * H; i++)
+          ck_assert_msg (fabsf (seq->data[(size_t) t * B * H + i] - h->data[i]) < 1e-5,
+                         "lstm_seq B=%d rev=%d h[t=%d][%d]: %g vs %g", B, rev, t, i, seq->data[(size_t) t * B * H + i],
+                         h->data[i]);
+      }
+      for (int i = 0; i < B * H; i++)
+        ck_assert_msg (fabsf (seq->data[(size_t) T * B * H + i] - cc->data[i]) < 1e-5, "lstm_seq final c[%d]", i);
+      psm_graph_free (g);
+      if (si == 0)
+        check_all (rev ? "lstm_seq reverse" : "lstm_seq", f_lstm_seq, &c, 4, 5e-3f);
+      free_case (&c);
+    }
+}
+END_TEST
+
 /* Forward of the layout ops and reductions against plain loops. */
 START_TEST (test_layout_forward)
 {
@@ -737,10 +789,20 @@ static PsmTensor *
 f_addattn (PsmGraph *g, void *ud)
 {
   Case *c = ud;
-  PsmTensor *a, *ctx;
-  psm_additive_attention (g, in (g, c, 0), in (g, c, 1), in (g, c, 2), c->which ? in (g, c, 3) : NULL,
-                          c->which ? in (g, c, 4) : NULL, in (g, c, 5), c->mask, &a, &ctx);
-  return psm_add (g, psm_test_project (g, a), psm_test_project (g, ctx));
+  int cov = c->which & 1, steps = c->which & 2 ? 3 : 1;
+  PsmTensor *values = in (g, c, 5), *sum = NULL;
+  if (c->which & 2)   /* the values' gradient deferred to one GEMM, over three steps */
+    psm_defer_values_grad (g, values);
+  for (int s = 0; s < steps; s++) {
+    PsmTensor *a, *ctx, *q = in (g, c, 1);
+    if (s)
+      q = psm_scale (g, q, s == 1 ? -0.5f : 1.5f);
+    psm_additive_attention (g, in (g, c, 0), q, in (g, c, 2), cov ? in (g, c, 3) : NULL, cov ? in (g, c, 4) : NULL,
+                            values, c->mask, &a, &ctx);
+    PsmTensor *l = psm_add (g, psm_test_project (g, a), psm_test_project (g, ctx));
+    sum = sum ? psm_add (g, sum, l) : l;
+  }
+  return sum;
 }
 
 /* The same from unfused ops, the forward's oracle. */
@@ -748,7 +810,7 @@ static void
 addattn_reference (PsmGraph *g, Case *c, PsmTensor **a, PsmTensor **ctx)
 {
   PsmTensor *pre = psm_add (g, in (g, c, 0), in (g, c, 1));        /* query tiled over T */
-  if (c->which) {
+  if (c->which & 1) {
     int tb1[3] = { AT, AB, 1 }, one_a[2] = { 1, AA };
     PsmTensor *cov_tb = psm_transpose01 (g, in (g, c, 4));   /* [B, T] -> [T, B] */
     PsmTensor *outer = psm_matmul (g, psm_tensor_reshape (g, cov_tb, 3, tb1),
@@ -770,9 +832,10 @@ START_TEST (test_additive_attention)
 {
   PsmRng rng;
   psm_rng_seed (&rng, 13);
-  for (int cov = 0; cov < 2; cov++) {
+  for (int which = 0; which < 4; which++) {
+    int cov = which & 1;
     Case c = { 0 };
-    c.which = cov;
+    c.which = which;
     alloc_in (&c, 0, 3, AT, AB, AA, &rng, 1.0f);
     alloc_in (&c, 1, 2, AB, AA, 0, &rng, 1.0f);
     alloc_in (&c, 2, 1, AA, 0, 0, &rng, 1.0f);
@@ -801,7 +864,8 @@ START_TEST (test_additive_attention)
     for (int k = 0; k < 6; k++) {
       if (!cov && (k == 3 || k == 4))
         continue;   /* no coverage: w_c and coverage are not inputs */
-      char *what = g_strdup_printf ("additive_attention%s input %d", cov ? " (coverage)" : "", k);
+      char *what = g_strdup_printf ("additive_attention%s%s input %d", cov ? " (coverage)" : "",
+                                    which & 2 ? " (3 steps, values' gradient deferred)" : "", k);
       psm_test_gradcheck (what, f_addattn, &c, c.x[k], c.gx[k], n_of (&c, k), 1e-2f, ATOL, RTOL, 300);
       g_free (what);
     }
@@ -975,6 +1039,7 @@ main (int argc, char **argv)
   tcase_add_test (tc, test_gemm_thread_limit);
   tcase_add_test (tc, test_colsum);
   tcase_add_test (tc, test_lstm);
+  tcase_add_test (tc, test_lstm_seq);
   tcase_add_test (tc, test_additive_attention);
   tcase_add_test (tc, test_pointer_ops);
   suite_add_tcase (s, tc);

@@ -10,7 +10,7 @@
 char *openblas_get_corename (void);   /* OpenBLAS extension, in its cblas.h */
 
 static gchar **opt_set;
-static gboolean opt_resume, opt_check, opt_list, opt_quiet, opt_version, opt_json;
+static gboolean opt_resume, opt_check, opt_list, opt_quiet, opt_version, opt_json, opt_profile;
 static gchar *opt_mode, *opt_split, *opt_sep, *opt_source, *opt_input;
 static gchar **opt_metric;
 
@@ -25,6 +25,8 @@ static GOptionEntry entries[] = {
     "Parse, validate, build, train a few steps on tiny data, decode, round-trip a checkpoint; write nothing", NULL },
   { "list", 'l', 0, G_OPTION_ARG_NONE, &opt_list, "List every plugin and core section with its parameters", NULL },
   { "quiet", 'q', 0, G_OPTION_ARG_NONE, &opt_quiet, "Only print results and errors", NULL },
+  { "profile", 0, 0, G_OPTION_ARG_NONE, &opt_profile,
+    "Time every op of the training steps by phase (encoder, decoder, head, optimiser); print the table at the end", NULL },
   { "json", 0, 0, G_OPTION_ARG_NONE, &opt_json,
     "decode: also write DIR/decode.SPLIT.jsonl (tokens, p_gen, top attention positions)", NULL },
   { "input", 'i', 0, G_OPTION_ARG_FILENAME, &opt_input,
@@ -190,7 +192,7 @@ main (int argc, char **argv)
     ok = psm_run_check_phases (&pl, &m, &e);
   } else {
     if (strcmp (mode, "all") == 0 || strcmp (mode, "train") == 0) {
-      PsmTrainOptions to = { opt_resume, opt_quiet, isatty (STDERR_FILENO) };
+      PsmTrainOptions to = { opt_resume, opt_quiet, isatty (STDERR_FILENO), opt_profile };
       ok = psm_train_phases (&pl, &m, &to, &e);
     } else {
       ok = psm_run_select_phase (&pl, &m, &e);

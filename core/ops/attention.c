@@ -77,6 +77,7 @@ psm_attend_backward (PsmNode *n)
 
 typedef struct {
   float *mask;   /* [T, B] copy, or NULL */
+  PsmDeferredValues *defer;   /* the values' gradient is deferred (NULL: added here) */
 } AddAttnSaved;
 
 #define AA_PAR(B, T, A) ((long) (B) * (T) * (A) >= 32768)
@@ -148,6 +149,9 @@ psm_additive_attention (PsmGraph *g, PsmTensor *keys, PsmTensor *query, PsmTenso
   if (nd) {
     AddAttnSaved *sv = psm_graph_alloc (g, sizeof *sv);
     sv->mask = psm_graph_dup (g, mask, (size_t) T * B * sizeof (float));
+    sv->defer = psm_graph_deferred_values (g, values->grad);
+    if (sv->defer && (sv->defer->T != T || sv->defer->B != B || sv->defer->H != H))
+      sv->defer = NULL;
     nd->saved = sv;
     nd->iarg[0] = T;
     nd->iarg[1] = B;
@@ -175,6 +179,11 @@ psm_additive_attention_backward (PsmNode *nd)
   float *part = psm_xmalloc0 ((size_t) B * 2 * A * sizeof (float), "attention gradients");
   float *de_all = psm_xmalloc ((size_t) B * T * sizeof (float), "attention gradients");
   float *scratch = psm_xmalloc0 ((size_t) B * 2 * A * sizeof (float), "attention gradients");
+  gboolean dh_here = values->grad && !sv->defer;
+  if (values->grad && sv->defer) {
+    g_array_append_val (sv->defer->steps, a);
+    g_array_append_val (sv->defer->steps, dctx);
+  }
 #pragma omp parallel for if (AA_PAR (B, T, A)) schedule (static)
   for (int b = 0; b < B; b++) {
     const float *ab = a + (size_t) b * T, *dcb = dctx + (size_t) b * H, *qb = qd + (size_t) b * A;
@@ -201,7 +210,7 @@ psm_additive_attention_backward (PsmNode *nd)
       if (mask && mask[(size_t) i * B + b] == 0.0f)
         continue;   /* padding: no gradient anywhere */
       float dei = ab[i] * (de[i] - (float) dot);
-      if (values->grad && ab[i] != 0.0f) {
+      if (dh_here && ab[i] != 0.0f) {
         float *restrict dh = values->grad + ((size_t) i * B + b) * H;
         float w = ab[i];
 #pragma omp simd
@@ -250,4 +259,49 @@ psm_additive_attention_backward (PsmNode *nd)
   free (part);
   free (de_all);
   free (scratch);
+}
+
+/* The deferred values gradient (psm-private.h): a node recorded right after
+ * the values were made, so its backward runs after every attention over
+ * them has noted its (a, dctx). Per example b, with S noted steps:
+ * dH[:, b, :] += A_b^T C_b, A_b [S, T] the attention rows, C_b [S, H] the
+ * context gradients (gathered contiguous first). */
+void
+psm_defer_values_grad (PsmGraph *g, PsmTensor *values)
+{
+  g_return_if_fail (values && values->ndim == 3);
+  if (!values->grad || psm_graph_deferred_values (g, values->grad))
+    return;
+  PsmDeferredValues *d = psm_graph_add_deferred_values (g, values->grad);
+  d->T = values->shape[0];
+  d->B = values->shape[1];
+  d->H = values->shape[2];
+  PsmTensor *in[1] = { values };
+  PsmTensor *alias = psm_tensor_view (g, values, 0, 3, values->shape);
+  PsmNode *nd = psm_graph_record (g, PSM_OP_DEFER_VALUES, alias, 1, in);
+  if (nd)
+    nd->saved = d;
+}
+
+void
+psm_defer_values_backward (PsmNode *nd)
+{
+  PsmDeferredValues *d = nd->saved;
+  int S = (int) d->steps->len / 2, T = d->T, B = d->B, H = d->H;
+  PsmTensor *values = nd->in[0];
+  if (S == 0 || !values->grad)
+    return;
+  const float **p = (const float **) (void *) d->steps->data;
+  float *At = psm_xmalloc ((size_t) S * T * sizeof (float), "attention gradients");
+  float *C = psm_xmalloc ((size_t) S * H * sizeof (float), "attention gradients");
+  for (int b = 0; b < B; b++) {
+    for (int s = 0; s < S; s++) {
+      memcpy (At + (size_t) s * T, p[2 * s] + (size_t) b * T, T * sizeof (float));
+      memcpy (C + (size_t) s * H, p[2 * s + 1] + (size_t) b * H, H * sizeof (float));
+    }
+    psm_gemm (TRUE, FALSE, T, H, S, 1.0f, At, T, C, H, 1.0f, values->grad + (size_t) b * H, B * H);
+  }
+  free (At);
+  free (C);
+  g_array_set_size (d->steps, 0);
 }

@@ -131,47 +131,18 @@ gru_step_backward (int B, int H, const float *dho, const float *h, const float *
  * 37.6 -> 31.6 ms; B = 250, H = 1000 1003 -> 963 ms. */
 gboolean psm_gru_packed = PSM_PACK_FAST;
 
-static int
-packed_threads (int B)
-{
-  return omp_in_parallel () ? 1 : MIN (omp_get_max_threads (), B);
-}
-
-/* Rows [*b0, *b1) of thread id: blocks of 8 rows where there are enough. */
-static void
-row_split (int B, int nth, int id, int *b0, int *b1)
-{
-  int align = B >= 8 * nth ? 8 : 1;
-  *b0 = id ? (int) ((long) B * id / nth) / align * align : 0;
-  *b1 = id == nth - 1 ? B : (int) ((long) B * (id + 1) / nth) / align * align;
-}
-
-/* Packs op(W) (K x n) into wp with the threads of the enclosing region. */
-static void
-pack_shared (int K, int n, const float *w, int ldw, gboolean tb, float *wp)
-{
-  int nth = omp_get_num_threads (), id = omp_get_thread_num ();
-  int panels = psm_pack_panels (n);
-  int p0 = panels * id / nth, p1 = panels * (id + 1) / nth;
-  int c0 = p0 * PSM_PACK_NR, c1 = MIN (n, p1 * PSM_PACK_NR);
-  if (c1 > c0)
-    psm_pack (K, c1 - c0, tb ? w + (size_t) c0 * ldw : w + c0, ldw, tb,
-              wp + (size_t) p0 * K * PSM_PACK_NR);
-#pragma omp barrier
-}
-
 static void
 gru_seq_forward_packed (int T, int B, int H, const float *xp, const float *h0, const float *w,
                         const float *bh, const float *mask, float *out, float *sv)
 {
   int ldg = psm_pack_panels (3 * H) * PSM_PACK_NR;
   float *wp = psm_xaligned (psm_packed_floats (H, 3 * H) * sizeof (float), "packed GRU weights");
-#pragma omp parallel num_threads (packed_threads (B))
+#pragma omp parallel num_threads (psm_pack_threads (B))
   {
     int b0, b1;
-    row_split (B, omp_get_num_threads (), omp_get_thread_num (), &b0, &b1);
+    psm_pack_row_split (B, omp_get_num_threads (), omp_get_thread_num (), &b0, &b1);
     float *G = psm_xaligned ((size_t) MAX (b1 - b0, 1) * ldg * sizeof (float), "GRU scratch");
-    pack_shared (H, 3 * H, w, 3 * H, FALSE, wp);
+    psm_pack_shared (H, 3 * H, w, 3 * H, FALSE, wp);
     for (int t = 0; t < T && b1 > b0; t++) {
       const float *hp = t ? out + (size_t) (t - 1) * B * H : h0;
       psm_packed_gemm (b1 - b0, H, 3 * H, hp + (size_t) b0 * H, H, wp, G, ldg);
@@ -199,13 +170,13 @@ gru_seq_backward_packed (int T, int B, int H, const float *dout, const float *ou
 {
   int ldc = psm_pack_panels (H) * PSM_PACK_NR;
   float *wp = psm_xaligned (psm_packed_floats (3 * H, H) * sizeof (float), "packed GRU weights");
-#pragma omp parallel num_threads (packed_threads (B))
+#pragma omp parallel num_threads (psm_pack_threads (B))
   {
     int b0, b1;
-    row_split (B, omp_get_num_threads (), omp_get_thread_num (), &b0, &b1);
+    psm_pack_row_split (B, omp_get_num_threads (), omp_get_thread_num (), &b0, &b1);
     float *C = psm_xaligned ((size_t) MAX (b1 - b0, 1) * ldc * sizeof (float), "GRU scratch");
     float *d = psm_xmalloc ((size_t) H * sizeof (float), "GRU scratch");
-    pack_shared (3 * H, H, w, 3 * H, TRUE, wp);   /* op(W) = W^T [3H, H] */
+    psm_pack_shared (3 * H, H, w, 3 * H, TRUE, wp);   /* op(W) = W^T [3H, H] */
     for (int t = T - 1; t >= 0 && b1 > b0; t--) {
       const float *hp = t ? out + (size_t) (t - 1) * B * H : h0;
       float *dGt = dG + (size_t) t * B * 3 * H;

@@ -13,6 +13,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <omp.h>
 #include "psm-private.h"
 #include "fastmath.h"
 
@@ -103,4 +104,235 @@ psm_lstm_cell_backward (PsmNode *n)
   if (w->grad)
     psm_gemm (TRUE, FALSE, H, 4 * H, B, 1.0f, h->data, H, dG, 4 * H, 1.0f, w->grad, 4 * H);
   free (dG);
+}
+
+/* ---- Whole sequences (psm_lstm_seq): the recurrence of psm_gru_seq's
+ * design. The weights are packed once per sequence (W for h W, W^T for
+ * dG W^T) and each thread runs the whole recurrence for its own block of
+ * rows; rows are independent sequences, so nothing is shared after the
+ * packing and every element is computed the same way whatever the split.
+ * Output [T + 1, B, H]: h at every position (in time order whichever the
+ * direction), then the final c. Saved: the gates [T, B, 5H] and c at every
+ * position [T, B, H]. Without vector FMA in the build the per-step GEMMs go
+ * to psm_gemm instead (as psm_gru_packed says for the GRU). */
+
+typedef struct {
+  float *sv;     /* [T, B, 5H] */
+  float *cs;     /* [T, B, H] */
+  float *mask;   /* [T, B] or NULL */
+  gboolean reverse;
+} LstmSeqSaved;
+
+/* Gates and new state of one row from its pre-activations G [4H]. */
+static inline void
+lstm_row_forward (int H, const float *G, const float *cp, float *s, float *ho, float *co)
+{
+#pragma omp simd
+  for (int j = 0; j < 2 * H; j++)
+    s[j] = psm_fast_sigmoidf (G[j]);
+#pragma omp simd
+  for (int j = 0; j < H; j++) {
+    s[2 * H + j] = psm_fast_tanhf (G[2 * H + j]);
+    s[3 * H + j] = psm_fast_sigmoidf (G[3 * H + j]);
+  }
+#pragma omp simd
+  for (int j = 0; j < H; j++) {
+    float cn = s[H + j] * cp[j] + s[j] * s[2 * H + j], tc = psm_fast_tanhf (cn);
+    co[j] = cn;
+    ho[j] = s[3 * H + j] * tc;
+    s[4 * H + j] = tc;
+  }
+}
+
+/* Rows [b0, b1) over the whole sequence. G: scratch [b1 - b0, ldg]. wp:
+ * packed W, or NULL for one psm_gemm per step. */
+static void
+lstm_seq_forward_rows (int T, int B, int H, int b0, int b1, gboolean rev, const float *xp, const float *h0,
+                       const float *c0, const float *w, const float *wp, const float *mask, float *hs, float *cs,
+                       float *sv, float *G, int ldg)
+{
+  for (int k = 0; k < T && b1 > b0; k++) {
+    int t = rev ? T - 1 - k : k, tp = rev ? t + 1 : t - 1;
+    const float *hp = k ? hs + (size_t) tp * B * H : h0, *cp = k ? cs + (size_t) tp * B * H : c0;
+    if (wp)
+      psm_packed_gemm (b1 - b0, H, 4 * H, hp + (size_t) b0 * H, H, wp, G, ldg);
+    else
+      psm_gemm (FALSE, FALSE, b1 - b0, 4 * H, H, 1.0f, hp + (size_t) b0 * H, H, w, 4 * H, 0.0f, G, ldg);
+    for (int b = b0; b < b1; b++) {
+      size_t row = (size_t) t * B + b;
+      float *ho = hs + row * H, *co = cs + row * H, *s = sv + row * 5 * H;
+      if (mask && mask[row] == 0.0f) {
+        memcpy (ho, hp + (size_t) b * H, H * sizeof (float));
+        memcpy (co, cp + (size_t) b * H, H * sizeof (float));
+        memset (s, 0, 5 * H * sizeof (float));
+        continue;
+      }
+      float *gr = G + (size_t) (b - b0) * ldg;
+      const float *x = xp + row * 4 * H;
+#pragma omp simd
+      for (int j = 0; j < 4 * H; j++)
+        gr[j] += x[j];
+      lstm_row_forward (H, gr, cp + (size_t) b * H, s, ho, co);
+    }
+  }
+}
+
+/* Backward over rows [b0, b1): fills dG [T, B, 4H], adds to dxp (may be
+ * NULL); carry_h / carry_c hold dL/dh, dL/dc of the state after the last
+ * step on entry (zeros, and the final c's gradient) and of (h0, c0) on
+ * exit. C: scratch [b1 - b0, ldc]; wpt: packed W^T or NULL. */
+static void
+lstm_seq_backward_rows (int T, int B, int H, int b0, int b1, gboolean rev, const float *dhs, const float *hs,
+                        const float *c0, const float *cs, const float *sv, const float *mask, const float *w,
+                        const float *wpt, float *dG, float *dxp, float *carry_h, float *carry_c, float *C, int ldc)
+{
+  for (int k = T - 1; k >= 0 && b1 > b0; k--) {
+    int t = rev ? T - 1 - k : k, tp = rev ? t + 1 : t - 1;
+    const float *cprev = k ? cs + (size_t) tp * B * H : c0;
+    float *dGt = dG + (size_t) t * B * 4 * H;
+    for (int b = b0; b < b1; b++) {
+      size_t row = (size_t) t * B + b;
+      float *dh = carry_h + (size_t) b * H, *dc = carry_c + (size_t) b * H, *gr = dGt + (size_t) b * 4 * H;
+      const float *dout = dhs + row * H;
+#pragma omp simd
+      for (int j = 0; j < H; j++)
+        dh[j] += dout[j];
+      if (mask && mask[row] == 0.0f) {   /* (h, c) carried: the gradients pass through */
+        memset (gr, 0, 4 * H * sizeof (float));
+        continue;
+      }
+      const float *s = sv + row * 5 * H, *cp = cprev + (size_t) b * H;
+#pragma omp simd
+      for (int j = 0; j < H; j++) {
+        float i_ = s[j], f = s[H + j], gg = s[2 * H + j], o = s[3 * H + j], tc = s[4 * H + j];
+        float dct = dc[j] + dh[j] * o * (1.0f - tc * tc);
+        gr[j] = dct * gg * i_ * (1.0f - i_);
+        gr[H + j] = dct * cp[j] * f * (1.0f - f);
+        gr[2 * H + j] = dct * i_ * (1.0f - gg * gg);
+        gr[3 * H + j] = dh[j] * tc * o * (1.0f - o);
+        dc[j] = dct * f;
+        dh[j] = 0.0f;
+      }
+      if (dxp) {
+        float *dx = dxp + row * 4 * H;
+#pragma omp simd
+        for (int j = 0; j < 4 * H; j++)
+          dx[j] += gr[j];
+      }
+    }
+    /* dh_prev += dG W^T for the rows that were not carried (carried rows
+     * have dG = 0, so adding for all is the same) */
+    if (wpt)
+      psm_packed_gemm (b1 - b0, 4 * H, H, dGt + (size_t) b0 * 4 * H, 4 * H, wpt, C, ldc);
+    else
+      psm_gemm (FALSE, TRUE, b1 - b0, H, 4 * H, 1.0f, dGt + (size_t) b0 * 4 * H, 4 * H, w, 4 * H, 0.0f, C, ldc);
+    for (int b = b0; b < b1; b++) {
+      float *dh = carry_h + (size_t) b * H;
+      const float *cr = C + (size_t) (b - b0) * ldc;
+#pragma omp simd
+      for (int j = 0; j < H; j++)
+        dh[j] += cr[j];
+    }
+  }
+}
+
+PsmTensor *
+psm_lstm_seq (PsmGraph *g, PsmTensor *xp, PsmTensor *h0, PsmTensor *c0, PsmTensor *w, const float *mask,
+              gboolean reverse)
+{
+  g_return_val_if_fail (xp && xp->ndim == 3 && h0 && c0 && w, NULL);
+  int T = xp->shape[0], B = xp->shape[1], H = psm_tensor_cols (h0);
+  g_return_val_if_fail (T > 0 && xp->shape[2] == 4 * H && psm_tensor_rows (h0) == B, NULL);
+  g_return_val_if_fail (c0->n == h0->n && w->n == (size_t) H * 4 * H, NULL);
+  PsmTensor *in[4] = { xp, h0, c0, w };
+  int shape[3] = { T + 1, B, H };
+  PsmTensor *out = psm_op_out (g, 3, shape, 4, in);
+  size_t BH = (size_t) B * H;
+  float *sv = psm_graph_alloc (g, (size_t) T * B * 5 * H * sizeof (float));
+  float *cs = psm_graph_alloc (g, (size_t) T * BH * sizeof (float));
+  int ldg = PSM_PACK_FAST ? psm_pack_panels (4 * H) * PSM_PACK_NR : 4 * H;
+  if (PSM_PACK_FAST) {
+    float *wp = psm_xaligned (psm_packed_floats (H, 4 * H) * sizeof (float), "packed LSTM weights");
+#pragma omp parallel num_threads (psm_pack_threads (B))
+    {
+      int b0, b1;
+      psm_pack_row_split (B, omp_get_num_threads (), omp_get_thread_num (), &b0, &b1);
+      float *G = psm_xaligned ((size_t) MAX (b1 - b0, 1) * ldg * sizeof (float), "LSTM scratch");
+      psm_pack_shared (H, 4 * H, w->data, 4 * H, FALSE, wp);
+      lstm_seq_forward_rows (T, B, H, b0, b1, reverse, xp->data, h0->data, c0->data, w->data, wp, mask,
+                             out->data, cs, sv, G, ldg);
+      free (G);
+    }
+    free (wp);
+  } else {
+    float *G = psm_xmalloc ((size_t) B * ldg * sizeof (float), "LSTM scratch");
+    lstm_seq_forward_rows (T, B, H, 0, B, reverse, xp->data, h0->data, c0->data, w->data, NULL, mask, out->data,
+                           cs, sv, G, ldg);
+    free (G);
+  }
+  memcpy (out->data + (size_t) T * BH, cs + (size_t) (reverse ? 0 : T - 1) * BH, BH * sizeof (float));
+  PsmNode *n = psm_graph_record (g, PSM_OP_LSTM_SEQ, out, 4, in);
+  if (n) {
+    LstmSeqSaved *s = psm_graph_alloc (g, sizeof *s);
+    s->sv = sv;
+    s->cs = cs;
+    s->mask = psm_graph_dup (g, mask, (size_t) T * B * sizeof (float));
+    s->reverse = reverse;
+    n->saved = s;
+  }
+  return out;
+}
+
+void
+psm_lstm_seq_backward (PsmNode *n)
+{
+  PsmTensor *xp = n->in[0], *h0 = n->in[1], *c0 = n->in[2], *w = n->in[3], *out = n->out;
+  const LstmSeqSaved *s = n->saved;
+  int T = xp->shape[0], B = xp->shape[1], H = psm_tensor_cols (h0);
+  gboolean rev = s->reverse;
+  size_t BH = (size_t) B * H;
+  float *dG = psm_xmalloc ((size_t) T * B * 4 * H * sizeof (float), "LSTM gradients");
+  float *carry_h = psm_xmalloc0 (BH * sizeof (float), "LSTM gradients");
+  float *carry_c = psm_xmalloc (BH * sizeof (float), "LSTM gradients");
+  memcpy (carry_c, out->grad + (size_t) T * BH, BH * sizeof (float));
+  int ldc = PSM_PACK_FAST ? psm_pack_panels (H) * PSM_PACK_NR : H;
+  if (PSM_PACK_FAST) {
+    float *wpt = psm_xaligned (psm_packed_floats (4 * H, H) * sizeof (float), "packed LSTM weights");
+#pragma omp parallel num_threads (psm_pack_threads (B))
+    {
+      int b0, b1;
+      psm_pack_row_split (B, omp_get_num_threads (), omp_get_thread_num (), &b0, &b1);
+      float *C = psm_xaligned ((size_t) MAX (b1 - b0, 1) * ldc * sizeof (float), "LSTM scratch");
+      psm_pack_shared (4 * H, H, w->data, 4 * H, TRUE, wpt);   /* op(W) = W^T [4H, H] */
+      lstm_seq_backward_rows (T, B, H, b0, b1, rev, out->grad, out->data, c0->data, s->cs, s->sv, s->mask,
+                              w->data, wpt, dG, xp->grad, carry_h, carry_c, C, ldc);
+      free (C);
+    }
+    free (wpt);
+  } else {
+    float *C = psm_xmalloc ((size_t) B * ldc * sizeof (float), "LSTM scratch");
+    lstm_seq_backward_rows (T, B, H, 0, B, rev, out->grad, out->data, c0->data, s->cs, s->sv, s->mask, w->data,
+                            NULL, dG, xp->grad, carry_h, carry_c, C, ldc);
+    free (C);
+  }
+  if (h0->grad)
+    for (size_t i = 0; i < BH; i++)
+      h0->grad[i] += carry_h[i];
+  if (c0->grad)
+    for (size_t i = 0; i < BH; i++)
+      c0->grad[i] += carry_c[i];
+  if (w->grad) {
+    /* dW = sum over steps of h_prev^T dG: h0 against the first step's dG,
+     * the other steps as one GEMM (h_prev of position t is h of t - 1, or
+     * of t + 1 in reverse) */
+    int first = rev ? T - 1 : 0;
+    psm_gemm (TRUE, FALSE, H, 4 * H, B, 1.0f, h0->data, H, dG + (size_t) first * B * 4 * H, 4 * H, 1.0f, w->grad,
+              4 * H);
+    if (T > 1)
+      psm_gemm (TRUE, FALSE, H, 4 * H, (T - 1) * B, 1.0f, out->data + (rev ? BH : 0), H,
+                dG + (rev ? 0 : (size_t) B * 4 * H), 4 * H, 1.0f, w->grad, 4 * H);
+  }
+  free (dG);
+  free (carry_h);
+  free (carry_c);
 }

@@ -15,6 +15,7 @@
  * there). */
 #include "config.h"
 #include <string.h>
+#include <omp.h>
 #include "psm-private.h"
 
 typedef float vf __attribute__ ((vector_size (PSM_PACK_VL * 4), aligned (4)));
@@ -101,4 +102,35 @@ psm_packed_gemm (int M, int K, int n, const float *A, int lda, const float *Bp, 
       break;
     }
   }
+}
+
+/* ---- helpers of the whole-sequence recurrences (gru.c, lstm.c) ---- */
+
+int
+psm_pack_threads (int B)
+{
+  return omp_in_parallel () ? 1 : MIN (omp_get_max_threads (), B);
+}
+
+/* Rows [*b0, *b1) of thread id: blocks of 8 rows where there are enough. */
+void
+psm_pack_row_split (int B, int nth, int id, int *b0, int *b1)
+{
+  int align = B >= 8 * nth ? 8 : 1;
+  *b0 = id ? (int) ((long) B * id / nth) / align * align : 0;
+  *b1 = id == nth - 1 ? B : (int) ((long) B * (id + 1) / nth) / align * align;
+}
+
+/* Packs op(W) (K x n) into wp with the threads of the enclosing region. */
+void
+psm_pack_shared (int K, int n, const float *w, int ldw, gboolean tb, float *wp)
+{
+  int nth = omp_get_num_threads (), id = omp_get_thread_num ();
+  int panels = psm_pack_panels (n);
+  int p0 = panels * id / nth, p1 = panels * (id + 1) / nth;
+  int c0 = p0 * PSM_PACK_NR, c1 = MIN (n, p1 * PSM_PACK_NR);
+  if (c1 > c0)
+    psm_pack (K, c1 - c0, tb ? w + (size_t) c0 * ldw : w + c0, ldw, tb,
+              wp + (size_t) p0 * K * PSM_PACK_NR);
+#pragma omp barrier
 }

@@ -74,6 +74,14 @@ PsmTensor *psm_gru_seq (PsmGraph *g, PsmTensor *xp, PsmTensor *h0, PsmTensor *w,
  * Returns hc [2, B, H]: row block 0 is h', 1 is c' (take them with
  * psm_tensor_step). mask [B] may be NULL: where 0, (h', c') = (h, c). */
 PsmTensor *psm_lstm_cell (PsmGraph *g, PsmTensor *xp, PsmTensor *h, PsmTensor *c, PsmTensor *w, const float *mask);
+/* Whole-sequence LSTM (ABI 1.3): the same cell over xp [T, B, 4H] from
+ * (h0, c0) [B, H], forward in time or, with reverse, from position T - 1 down
+ * to 0; mask [T, B] may be NULL (padding carries the state). Returns
+ * [T + 1, B, H]: h at every position in time order, then the final c (the
+ * final h is position T - 1's, or 0's in reverse). The recurrent weights are
+ * packed once and the rows split over the threads, as psm_gru_seq. */
+PsmTensor *psm_lstm_seq (PsmGraph *g, PsmTensor *xp, PsmTensor *h0, PsmTensor *c0, PsmTensor *w,
+                         const float *mask, gboolean reverse);
 
 /* --- attention (core/ops/attention.c) --- */
 /* ctx[b] = sum_t a[b, t] v[t, b, :]; a [B, T], v [T, B, H] -> [B, H]. */

@@ -99,6 +99,7 @@ typedef struct {
   gboolean resume;
   gboolean quiet;
   int progress;            /* 1: live line (terminal), 0: log lines */
+  gboolean profile;        /* time every op by phase; print the table at the end */
 } PsmTrainOptions;
 
 GQuark psm_run_error_quark (void);

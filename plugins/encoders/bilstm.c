@@ -2,7 +2,7 @@
  *   [xf | xb]_t = x_t W_x + b_x     (both directions, all steps: one GEMM)
  *   (h→_t, c→_t) = LSTM(xf_t, h→_(t-1), c→_(t-1))   t = 1..T
  *   (h←_t, c←_t) = LSTM(xb_t, h←_(t+1), c←_(t+1))   t = T..1
- * with the fused cell of core/ops/lstm.c; padding carries the state, so the
+ * with psm_lstm_seq (core/ops/lstm.c); padding carries the state, so the
  * forward pass ends on each example's last real token and the backward one
  * starts from zeros at it. Annotations h_i = [h→_i; h←_i] ([T, B, 2H]).
  * The final states are reduced to the decoder's initial state as in See's
@@ -42,22 +42,15 @@ static void bl_destroy (void *self) { g_free (self); }
 static int bl_out_dim (void *self) { return 2 * ((BiLstm *) self)->H; }
 static int bl_summary_dim (void *self) { return 2 * ((BiLstm *) self)->H; }
 
-/* One direction over xp [T, B, 4H]; fills hs [T, B, H]; returns the final
- * (h, c) as hc [2, B, H]. */
+/* One direction over xp [T, B, 4H] from zeros: psm_lstm_seq's [T + 1, B, H]
+ * (h at every position, then the final c). */
 static PsmTensor *
-run (PsmGraph *g, PsmTensor *xp, PsmTensor *w, const float *mask, gboolean reverse, PsmTensor *hs)
+run (PsmGraph *g, PsmTensor *xp, PsmTensor *w, const float *mask, gboolean reverse)
 {
-  int T = xp->shape[0], B = xp->shape[1], H = hs->shape[2];
+  int B = xp->shape[1], H = xp->shape[2] / 4;
   int sh[2] = { B, H };
-  PsmTensor *h = psm_tensor_zeros (g, 2, sh, FALSE), *c = psm_tensor_zeros (g, 2, sh, FALSE), *hc = NULL;
-  for (int k = 0; k < T; k++) {
-    int t = reverse ? T - 1 - k : k;
-    hc = psm_lstm_cell (g, psm_tensor_step (g, xp, t), h, c, w, mask + (size_t) t * B);
-    h = psm_tensor_step (g, hc, 0);
-    c = psm_tensor_step (g, hc, 1);
-    psm_set_step (g, hs, t, h);
-  }
-  return hc;
+  return psm_lstm_seq (g, xp, psm_tensor_zeros (g, 2, sh, FALSE), psm_tensor_zeros (g, 2, sh, FALSE), w, mask,
+                       reverse);
 }
 
 static void
@@ -67,13 +60,11 @@ bl_encode (void *self, PsmGraph *g, PsmParams *p, PsmTensor *emb, const float *m
   int T = emb->shape[0], B = emb->shape[1], H = s->H;
   PsmTensor *xp = psm_linear (g, emb, psm_param (g, p, s->w_x), psm_param (g, p, s->b_x));
   int shape[3] = { T, B, H };
-  gboolean grad = psm_graph_grad_enabled (g);
-  PsmTensor *hf = psm_tensor_new (g, 3, shape, grad), *hb = psm_tensor_new (g, 3, shape, grad);
-  PsmTensor *lf = run (g, psm_slice (g, xp, 0, 4 * H), psm_param (g, p, s->w_f), mask, FALSE, hf);
-  PsmTensor *lb = run (g, psm_slice (g, xp, 4 * H, 4 * H), psm_param (g, p, s->w_b), mask, TRUE, hb);
-  out->annotations = psm_concat (g, hf, hb);
-  PsmTensor *h = psm_concat (g, psm_tensor_step (g, lf, 0), psm_tensor_step (g, lb, 0));
-  PsmTensor *c = psm_concat (g, psm_tensor_step (g, lf, 1), psm_tensor_step (g, lb, 1));
+  PsmTensor *lf = run (g, psm_slice (g, xp, 0, 4 * H), psm_param (g, p, s->w_f), mask, FALSE);
+  PsmTensor *lb = run (g, psm_slice (g, xp, 4 * H, 4 * H), psm_param (g, p, s->w_b), mask, TRUE);
+  out->annotations = psm_concat (g, psm_tensor_view (g, lf, 0, 3, shape), psm_tensor_view (g, lb, 0, 3, shape));
+  PsmTensor *h = psm_concat (g, psm_tensor_step (g, lf, T - 1), psm_tensor_step (g, lb, 0));
+  PsmTensor *c = psm_concat (g, psm_tensor_step (g, lf, T), psm_tensor_step (g, lb, T));
   h = psm_relu (g, psm_linear (g, h, psm_param (g, p, s->w_rh), psm_param (g, p, s->b_rh)));
   c = psm_relu (g, psm_linear (g, c, psm_param (g, p, s->w_rc), psm_param (g, p, s->b_rc)));
   out->summary = psm_concat (g, h, c);

@@ -1,0 +1,202 @@
+/* bench-see — See et al. 2017's pointer-generator with coverage in psm, the
+ * model of pipelines/cnndm_coverage.cfg with the vocabulary of the issue's
+ * reference (20k): the same computation as bench/see_torch.py.
+ *   bench-see train SECONDS [B T TY]   training steps on one random batch
+ *                                      (every source T tokens, every target
+ *                                      TY), then the per-phase profile
+ *   bench-see decode FILE [N]          beam 4, exactly 100 tokens, over the
+ *                                      first N articles of FILE (one a line;
+ *                                      bench/run.sh writes the validation
+ *                                      articles of ../shared/data/cnndm)
+ * Run from the build tree (PSM_PLUGIN_PATH=plugins/.libs): it builds the
+ * model from the pipeline (BENCH_SEE_CFG, default pipelines/cnndm_coverage.cfg)
+ * as psm-run would, vocabulary from ../shared/data/cnndm's training split,
+ * parameters at their random initial values. */
+#include "config.h"
+#include <cblas.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include "psm-private.h"
+
+static double
+peak_rss_mb (void)
+{
+  struct rusage ru;
+  getrusage (RUSAGE_SELF, &ru);
+  return ru.ru_maxrss / 1024.0;
+}
+
+static void
+die (GError *e)
+{
+  fprintf (stderr, "bench-see: %s\n", e->message);
+  exit (1);
+}
+
+/* One batch, every position real: sources of T words, targets of TY, about
+ * 1 word in 1000 outside the vocabulary (n_oov per-batch OOV words). */
+static void
+fill_batch (PsmBatch *b, const PsmTaskInfo *in, int B, int T, int TY, PsmRng *rng)
+{
+  const int n_oov = 20, V = in->ext_base;
+  psm_batch_reserve (b, B, T, TY);
+  for (int i = 0; i < T * B; i++) {
+    int32_t w = 4 + (int32_t) (psm_rng_uniform (rng) * (V + n_oov - 4));
+    b->src_ext[i] = w;
+    b->src[i] = w < V ? w : in->unk_id;
+    b->src_mask[i] = 1.0f;
+  }
+  for (int t = 0; t < TY; t++)
+    for (int j = 0; j < B; j++) {
+      int i = t * B + j;
+      int32_t w = 4 + (int32_t) (psm_rng_uniform (rng) * (V + n_oov - 4));
+      b->tgt_ext[i] = w;
+      b->tgt[i] = w < V ? w : in->unk_id;
+      b->tgt_mask[i] = 1.0f;
+      b->tgt_switch[i] = w < V;
+      b->tgt_loc[i] = -1;
+      b->dec_in[i] = t == 0 ? in->bos_id : b->tgt[i - B];
+    }
+  b->ext_base = V;
+  if (!b->oov_words)
+    b->oov_words = g_ptr_array_new_with_free_func (g_free);
+  for (int k = 0; k < n_oov; k++)
+    g_ptr_array_add (b->oov_words, g_strdup_printf ("oov%d", k));
+  for (int j = 0; j < B; j++)
+    b->example_id[j] = -1;
+}
+
+/* GEMM FLOPs of one training step (forward; backward twice that: the
+ * gradients of both operands), from the shapes of the model. */
+static double
+gemm_flops (int B, int T, int TY, int V)
+{
+  const double E = 128, H = 256, A = 2 * H;
+  double enc = 2.0 * 2 * B * T * (E * 4 * H + H * 4 * H)      /* input projection + recurrence, both directions */
+               + 2.0 * B * T * 2 * H * A;                      /* W_h h_i, once per article */
+  double dec_row = (E + 2 * H) * E + E * 4 * H + H * 4 * H     /* cell input, LSTM */
+                   + 2 * H * A                                 /* W_s [h_t; c_t] */
+                   + 3 * H * H + H * V + (3 * H + E);          /* V[s_t; h*_t], V', p_gen */
+  return 3.0 * (enc + 2.0 * B * TY * dec_row);
+}
+
+/* This machine's sgemm peak as the issue measures it: 2048^3, the threads
+ * psm uses, about a second. */
+static double
+sgemm_peak (void)
+{
+  const int n = 2048;
+  float *a = malloc (sizeof (float) * n * n), *b = malloc (sizeof (float) * n * n), *c = malloc (sizeof (float) * n * n);
+  for (long i = 0; i < (long) n * n; i++)
+    a[i] = b[i] = (float) (i % 7) / 7.0f;
+  cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+  gint64 t0 = g_get_monotonic_time ();
+  int it = 0;
+  do {
+    cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+    it++;
+  } while (g_get_monotonic_time () - t0 < 1000000);
+  double gf = 2.0 * n * n * n * it / (1e-6 * (double) (g_get_monotonic_time () - t0)) / 1e9;
+  free (a); free (b); free (c);
+  return gf;
+}
+
+int
+main (int argc, char **argv)
+{
+  if (argc < 3 || (strcmp (argv[1], "train") && strcmp (argv[1], "decode"))) {
+    fprintf (stderr, "usage: bench-see train SECONDS [B T TY] | bench-see decode FILE [N]\n");
+    return 2;
+  }
+  gboolean train = strcmp (argv[1], "train") == 0;
+  int B = argc > 3 ? atoi (argv[3]) : 16, T = argc > 4 ? atoi (argv[4]) : 400, TY = argc > 5 ? atoi (argv[5]) : 100;
+  const char *sets[] = { "task.vocab=20000", "model.decoder.coverage=true", "model.head.cov_loss_wt=1.0",
+                         "decode.min_len=100", "decode.max_len=100", "decode.beam=4", "eval.batch=16",
+                         "run.dir=/nonexistent/bench-see", NULL };
+  GError *e = NULL;
+  const char *cfg = g_getenv ("BENCH_SEE_CFG") ? g_getenv ("BENCH_SEE_CFG") : "pipelines/cnndm_coverage.cfg";
+  PsmPipeline *pl = psm_pipeline_load (cfg, sets, &e);
+  if (!pl)
+    die (e);
+  PsmModel *m = psm_model_new (pl, FALSE, &e);
+  if (!m)
+    die (e);
+  const PsmTaskClass *tk;
+  void *task = psm_model_task (m, &tk);
+  PsmTaskInfo info = { .size = sizeof info };
+  tk->info (task, &info);
+
+  if (train) {
+    double secs = atof (argv[2]);
+    PsmParams *params = psm_model_params (m);
+    PsmOptConfig oc = { .kind = PSM_OPT_ADAGRAD, .lr = 0.15, .init_accum = 0.1 };
+    PsmOptim *o = psm_optim_new (&oc, params);
+    PsmGraph *g = psm_model_graph (m);
+    PsmBatch *b = psm_model_batch (m);
+    PsmRng rng;
+    psm_rng_seed (&rng, 1);
+    fill_batch (b, &info, B, T, TY, &rng);
+    if (!psm_batch_validate (b, &info, B, "bench-see", &e))
+      die (e);
+    PsmProfile *prof = g_new0 (PsmProfile, 1);
+    gint64 t0 = 0;
+    long steps = 0, warm = 2;
+    float lv = 0;
+    for (;; steps++) {
+      if (steps == warm) {
+        t0 = g_get_monotonic_time ();
+        psm_graph_set_profile (g, prof);
+      }
+      if (steps > warm + 1 && g_get_monotonic_time () - t0 >= secs * 1e6)
+        break;
+      psm_graph_reset (g);
+      PsmTensor *loss = psm_model_loss (m, g, b);
+      lv = loss->data[0];
+      psm_backward (g, loss);
+      gint64 to = g_get_monotonic_time ();
+      psm_params_clip (params, 2.0);
+      psm_optim_step (o, steps);
+      psm_params_zero_grad (params);
+      prof->optim += steps >= warm ? 1e-6 * (double) (g_get_monotonic_time () - to) : 0;
+    }
+    double dt = 1e-6 * (double) (g_get_monotonic_time () - t0) / (double) (steps - warm);
+    printf ("psm train B=%d T=%d Ty=%d V=%d: %.1f ms/step, %.0f target tokens/s, loss %.3f, peak RSS %.0f MB "
+            "(%ld timed steps, %d threads; %zu parameters)\n", B, T, TY, info.ext_base, 1e3 * dt, B * TY / dt, lv,
+            peak_rss_mb (), steps - warm, omp_get_max_threads (), psm_params_size (params));
+    double gf = gemm_flops (B, T, TY, info.ext_base), peak = sgemm_peak ();
+    printf ("psm train: %.1f GEMM GFLOP a step, %.1f GFLOP/s = %.1f %% of sgemm 2048^3 (%.1f GFLOP/s)\n", gf / 1e9,
+            gf / dt / 1e9, 100 * gf / dt / 1e9 / peak, peak);
+    if (g_getenv ("BENCH_PROFILE"))
+      psm_profile_print (prof, stdout);
+    psm_graph_set_profile (g, NULL);
+    g_free (prof);
+    psm_optim_free (o);
+  } else {
+    char **texts = psm_read_lines (argv[2], "articles", &e);
+    if (!texts)
+      die (e);
+    int have = (int) g_strv_length (texts) - 1;
+    if (argc > 3)
+      have = MIN (have, atoi (argv[3]));
+    if (have < 1) {
+      fprintf (stderr, "bench-see: %s: fewer than 2 articles\n", argv[2]);
+      return 1;
+    }
+    PsmEvalOptions eo = { 0, TRUE, NULL, NULL, NULL, FALSE };
+    if (!psm_model_decode_texts (m, (const char *const *) texts, 1, &eo, &e))   /* warm-up */
+      die (e);
+    gint64 t0 = g_get_monotonic_time ();
+    if (!psm_model_decode_texts (m, (const char *const *) texts + 1, have, &eo, &e))
+      die (e);
+    double dt = 1e-6 * (double) (g_get_monotonic_time () - t0);
+    printf ("psm decode beam 4, 100 tokens, T<=400: %.2f articles/s, peak RSS %.0f MB (%d articles, %d threads)\n",
+            have / dt, peak_rss_mb (), have, omp_get_max_threads ());
+    g_strfreev (texts);
+  }
+  psm_model_free (m);
+  psm_pipeline_free (pl);
+  return 0;
+}
