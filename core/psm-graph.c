@@ -110,6 +110,13 @@ struct PsmGraph {
   gboolean grad;
   PsmProfile *prof;
   GPtrArray *deferred;   /* PsmDeferredValues *, until the next reset */
+  const float *const_lo[4];   /* parameter blocks: [lo, hi) */
+  const float *const_hi[4];
+  int n_const;
+  GArray *packed;        /* Packed */
+  gboolean keep_packed;
+  const float *rep[4], *rep_compact[4];   /* beam repeats (psm_graph_add_repeat) */
+  int rep_group[4], n_rep;
   PsmPhase phase;
   gint64 mark;           /* µs: the last op or phase mark, when profiling */
 };
@@ -202,6 +209,9 @@ psm_graph_free (PsmGraph *g)
   g_free (g->nodes);
   if (g->deferred)
     g_ptr_array_unref (g->deferred);
+  psm_graph_clear_packed (g);
+  if (g->packed)
+    g_array_unref (g->packed);
   g_free (g);
 }
 
@@ -213,6 +223,94 @@ psm_graph_reset (PsmGraph *g)
   psm_graph_phase (g, PSM_PHASE_OTHER);
   if (g->deferred)
     g_ptr_array_set_size (g->deferred, 0);
+  if (!g->keep_packed)
+    psm_graph_clear_packed (g);
+}
+
+typedef struct {
+  const float *w;
+  int K, n;
+  gboolean tb;
+  float *data;
+} Packed;
+
+void
+psm_graph_const_range (PsmGraph *g, const float *data, size_t n)
+{
+  for (int i = 0; i < g->n_const; i++)
+    if (g->const_lo[i] == data)
+      return;
+  if (g->n_const == G_N_ELEMENTS (g->const_lo))
+    return;   /* more parameter blocks than tracked: they just stay unpacked */
+  g->const_lo[g->n_const] = data;
+  g->const_hi[g->n_const++] = data + n;
+}
+
+gboolean
+psm_graph_is_const (PsmGraph *g, const float *data)
+{
+  for (int i = 0; i < g->n_const; i++)
+    if (data >= g->const_lo[i] && data < g->const_hi[i])
+      return TRUE;
+  return FALSE;
+}
+
+const float *
+psm_graph_packed (PsmGraph *g, const float *w, int K, int n, gboolean tb)
+{
+  if (!g->packed)
+    g->packed = g_array_new (FALSE, FALSE, sizeof (Packed));
+  for (guint i = 0; i < g->packed->len; i++) {
+    Packed *pk = &g_array_index (g->packed, Packed, i);
+    if (pk->w == w && pk->K == K && pk->n == n && pk->tb == tb)
+      return pk->data;
+  }
+  Packed pk = { w, K, n, tb, psm_xaligned (psm_packed_floats (K, n) * sizeof (float), "packed weights") };
+  psm_pack (K, n, w, tb ? K : n, tb, pk.data);
+  g_array_append_val (g->packed, pk);
+  return pk.data;
+}
+
+void
+psm_graph_clear_packed (PsmGraph *g)
+{
+  for (guint i = 0; g->packed && i < g->packed->len; i++)
+    free (g_array_index (g->packed, Packed, i).data);
+  if (g->packed)
+    g_array_set_size (g->packed, 0);
+}
+
+void
+psm_graph_keep_packed (PsmGraph *g, gboolean keep)
+{
+  g->keep_packed = keep;
+}
+
+void
+psm_graph_add_repeat (PsmGraph *g, const float *repeated, const float *compact, int group)
+{
+  if (g->n_rep == G_N_ELEMENTS (g->rep) || !repeated || !compact)
+    return;   /* not noted: the op reads the repeated copy */
+  g->rep[g->n_rep] = repeated;
+  g->rep_compact[g->n_rep] = compact;
+  g->rep_group[g->n_rep++] = group;
+}
+
+const float *
+psm_graph_repeat_of (PsmGraph *g, const float *repeated, int *group)
+{
+  for (int i = 0; i < g->n_rep; i++)
+    if (g->rep[i] == repeated) {
+      *group = g->rep_group[i];
+      return g->rep_compact[i];
+    }
+  return NULL;
+}
+
+void
+psm_graph_clear_repeats (PsmGraph *g)
+{
+  g->n_rep = 0;
 }
 
 static void

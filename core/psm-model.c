@@ -96,6 +96,7 @@ psm_model_new (PsmPipeline *pl, gboolean check, GError **error)
   m->g = psm_graph_new ();
   m->gs = psm_graph_new ();
   psm_graph_set_grad (m->gs, FALSE);
+  psm_graph_keep_packed (m->gs, TRUE);   /* across the steps of one decoding; cleared when one starts */
   psm_batch_init (&m->batch);
   GError *e = NULL;
   const PsmSection *train = psm_pipeline_section (pl, "train");
@@ -498,6 +499,11 @@ decode_batch (PsmModel *m, const PsmBatch *b, Dec *d, PsmHyp *hyps, GError **err
   ex->annotations = repeat_rows (g, enc.annotations, T, B, K);
   ex->summary = repeat_rows (g, enc.summary, 1, B, K);
   ex->memo = repeat_rows (g, enc.memo, T, B, K);
+  psm_graph_clear_repeats (m->gs);
+  if (K > 1 && enc.memo && ex->memo) {   /* the steps' attention reads the compact copies */
+    psm_graph_add_repeat (m->gs, ex->memo->data, enc.memo->data, K);
+    psm_graph_add_repeat (m->gs, ex->annotations->data, enc.annotations->data, K);
+  }
   ex->mask = repeat_array (g, b->src_mask, sizeof (float), T, B, K);
   ex->src = repeat_array (g, b->src, sizeof (int32_t), T, B, K);
   PsmBatch *bx = &d->bx;
@@ -688,6 +694,7 @@ psm_model_decode_texts (PsmModel *m, const char *const *texts, int n, const PsmE
     return FALSE;
   }
   psm_graph_set_grad (m->g, FALSE);
+  psm_graph_clear_packed (m->gs);   /* the weights may have changed since the last decoding */
   int EB = MAX (1, m->eval_batch / MAX (m->beam.beam, 1));
   double gate_sum = 0.0;
   long gate_n = 0;
@@ -750,6 +757,7 @@ psm_model_evaluate (PsmModel *m, PsmSplit split, const PsmEvalOptions *opt, PsmE
     m->mk[i]->reset (m->metric[i]);
   PsmGraph *g = m->g;
   psm_graph_set_grad (g, FALSE);
+  psm_graph_clear_packed (m->gs);   /* the weights may have changed since the last decoding */
   double loss_sum = 0.0, weight = 0.0, gate_sum = 0.0;
   long gate_n = 0;
   gboolean ok = TRUE;

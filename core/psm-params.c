@@ -186,6 +186,7 @@ psm_param (PsmGraph *g, PsmParams *p, int id)
 {
   g_return_val_if_fail (p->final && id >= 0 && id < (int) p->info->len, NULL);
   ParamInfo *pi = &g_array_index (p->info, ParamInfo, id);
+  psm_graph_const_range (g, p->data, p->total);   /* for packed weights (psm-private.h) */
   return psm_tensor_wrap (g, p->data + pi->offset, p->grad + pi->offset, pi->ndim, pi->shape);
 }
 

@@ -107,6 +107,36 @@ void psm_defer_values_grad (PsmGraph *g, PsmTensor *values);
 PsmDeferredValues *psm_graph_deferred_values (PsmGraph *g, const float *grad);
 PsmDeferredValues *psm_graph_add_deferred_values (PsmGraph *g, const float *grad);
 
+/* Packed weights for GEMMs of few rows (core/ops/matmul.c). OpenBLAS packs
+ * its B operand on every call, which for the 16-row GEMMs of a decoder step
+ * costs more than the product. A graph knows which memory holds parameters
+ * (psm_param registers the block) and keeps op(W) packed (psm_pack layout)
+ * per weight until the next reset: the parameters do not change between a
+ * reset and the end of the backward pass. With keep set (the decoding
+ * graph) the packed copies outlive resets until psm_graph_clear_packed,
+ * which decoding calls when it starts. */
+void psm_graph_const_range (PsmGraph *g, const float *data, size_t n);
+gboolean psm_graph_is_const (PsmGraph *g, const float *data);
+const float *psm_graph_packed (PsmGraph *g, const float *w, int K, int n, gboolean tb);
+void psm_graph_keep_packed (PsmGraph *g, gboolean keep);
+void psm_graph_clear_packed (PsmGraph *g);
+/* C[M, N] = beta C + A[M, K] op(W), op(W) packed by psm_graph_packed; the
+ * column panels split over the threads. */
+void psm_gemm_packed (int M, int N, int K, const float *A, int lda, const float *wp, float beta, float *C,
+                      int ldc);
+/* The rows up to which a GEMM uses packed weights when it can. */
+#define PSM_PACKED_MAX_ROWS 64
+
+/* Beam expansion (decoding): the core repeats each article's annotations
+ * and attention memo once per beam ([T, B K, C] from [T, B, C]) for the
+ * decoder plugins, and notes here which compact tensor each repeat came
+ * from; the attention op, without gradients, then reads the compact one
+ * once for all the beams of an article. Kept across resets, cleared by the
+ * core for every new batch. */
+void psm_graph_add_repeat (PsmGraph *g, const float *repeated, const float *compact, int group);
+const float *psm_graph_repeat_of (PsmGraph *g, const float *repeated, int *group);
+void psm_graph_clear_repeats (PsmGraph *g);
+
 /* Record a node when gradients flow to any input; returns NULL otherwise. */
 PsmNode *psm_graph_record (PsmGraph *g, PsmOpKind op, PsmTensor *out, int n_in, PsmTensor *const *in);
 /* Output tensor for an op over inputs: requires grad if any input does. */

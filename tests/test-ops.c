@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include "psm-test.h"
 #include "psm-private.h"
+#include "ops/fastmath.h"
 
 #define ATOL 2e-3
 #define RTOL 2e-2
@@ -109,8 +110,67 @@ static PsmTensor *
 f_linear (PsmGraph *g, void *ud)
 {
   Case *c = ud;
+  if (c->which)   /* W as a parameter: the packed-weights path for few rows */
+    psm_graph_const_range (g, c->x[1], n_of (c, 1));
   return psm_test_project (g, psm_linear (g, in (g, c, 0), in (g, c, 1), in (g, c, 2)));
 }
+
+/* psm_linear and psm_lstm_cell with the weight marked as a parameter take
+ * the packed path (in a build with the packed kernel): the same values as
+ * the BLAS path, and a correct gradient; N = 70 is no multiple of the
+ * panel width. */
+static PsmTensor *
+f_lstm_packed (PsmGraph *g, void *ud)
+{
+  Case *c = ud;
+  psm_graph_const_range (g, c->x[3], n_of (c, 3));
+  PsmTensor *hc = psm_lstm_cell (g, in (g, c, 0), in (g, c, 1), in (g, c, 2), in (g, c, 3), c->mask);
+  return psm_test_project (g, hc);
+}
+
+START_TEST (test_packed_weights)
+{
+  PsmRng rng;
+  psm_rng_seed (&rng, 21);
+  Case c = { 0 };
+  c.which = 1;
+  alloc_in (&c, 0, 2, 5, 37, 0, &rng, 1.0f);
+  alloc_in (&c, 1, 2, 37, 70, 0, &rng, 1.0f);
+  alloc_in (&c, 2, 1, 70, 0, 0, &rng, 1.0f);
+  for (int round = 0; round < 2; round++) {   /* the second finds W packed already */
+    PsmGraph *g = psm_graph_new (), *g2 = psm_graph_new ();
+    psm_graph_const_range (g, c.x[1], n_of (&c, 1));
+    for (int k = 0; k <= round; k++) {
+      PsmTensor *y = psm_linear (g, in (g, &c, 0), in (g, &c, 1), in (g, &c, 2));
+      PsmTensor *y2 = psm_linear (g2, in (g2, &c, 0), in (g2, &c, 1), in (g2, &c, 2));
+      for (int i = 0; i < 5 * 70; i++)
+        ck_assert_msg (fabsf (y->data[i] - y2->data[i]) <= 1e-4f * (1 + fabsf (y2->data[i])),
+                       "packed linear [%d]: %g vs %g", i, y->data[i], y2->data[i]);
+    }
+    psm_graph_free (g);
+    psm_graph_free (g2);
+  }
+  check_all ("linear (packed W)", f_linear, &c, 3, 1e-2f);
+  free_case (&c);
+
+  int B = 3, H = 18;   /* 4H = 72 */
+  Case l = { 0 };
+  alloc_in (&l, 0, 2, B, 4 * H, 0, &rng, 1.0f);
+  alloc_in (&l, 1, 2, B, H, 0, &rng, 1.0f);
+  alloc_in (&l, 2, 2, B, H, 0, &rng, 1.0f);
+  alloc_in (&l, 3, 2, H, 4 * H, 0, &rng, 0.5f);
+  l.mask[0] = l.mask[2] = 1.0f;
+  PsmGraph *g = psm_graph_new (), *g2 = psm_graph_new ();
+  PsmTensor *a = f_lstm_packed (g, &l);
+  PsmTensor *b = psm_test_project (g2, psm_lstm_cell (g2, in (g2, &l, 0), in (g2, &l, 1), in (g2, &l, 2),
+                                                      in (g2, &l, 3), l.mask));
+  ck_assert_msg (fabsf (a->data[0] - b->data[0]) <= 1e-4f * (1 + fabsf (b->data[0])), "packed lstm_cell");
+  psm_graph_free (g);
+  psm_graph_free (g2);
+  check_all ("lstm_cell (packed W)", f_lstm_packed, &l, 4, 5e-3f);
+  free_case (&l);
+}
+END_TEST
 
 START_TEST (test_linear)
 {
@@ -134,6 +194,31 @@ START_TEST (test_linear)
   psm_graph_free (g);
   check_all ("linear", f_linear, &c, 3, 1e-2f);
   free_case (&c);
+}
+END_TEST
+
+/* The vectorised exp, tanh and log of core/ops/fastmath.h against libm over
+ * their working ranges (log down to FLT_MIN, where psm_log's floor keeps it). */
+START_TEST (test_fastmath)
+{
+  double worst_exp = 0, worst_log = 0, worst_tanh = 0;
+  for (int i = 0; i <= 200000; i++) {
+    float x = -87.0f + 175.0f * (float) i / 200000.0f;
+    double e = exp ((double) x), fe = psm_fast_expf (x);
+    worst_exp = MAX (worst_exp, fabs (fe - e) / e);
+    float t = -9.0f + 18.0f * (float) i / 200000.0f;
+    worst_tanh = MAX (worst_tanh, fabs (psm_fast_tanhf (t) - tanh ((double) t)));
+    float l = (float) pow (10.0, -37.9 + 75.8 * (double) i / 200000.0);
+    double ll = log ((double) l);
+    worst_log = MAX (worst_log, fabs (psm_fast_logf (l) - ll) / MAX (fabs (ll), 1.0));
+  }
+  for (float l = 0.5f; l < 2.0f; l += 1e-5f) {   /* around 1, where log is near 0: absolute error */
+    worst_log = MAX (worst_log, fabs (psm_fast_logf (l) - log ((double) l)));
+  }
+  ck_assert_msg (worst_exp < 1e-6, "fast exp: relative error %g", worst_exp);
+  ck_assert_msg (worst_tanh < 1e-6, "fast tanh: absolute error %g", worst_tanh);
+  ck_assert_msg (worst_log < 1e-6, "fast log: error %g", worst_log);
+  ck_assert (psm_fast_logf (1.0f) == 0.0f);
 }
 END_TEST
 
@@ -875,6 +960,57 @@ START_TEST (test_additive_attention)
 END_TEST
 
 
+/* Beams (decoding, no gradients): with the repeated keys and values noted as
+ * repeats of compact ones (psm_graph_add_repeat), the op reads the compact
+ * copies; the result must be bit for bit the one over the repeated
+ * tensors. 4 articles x 3 beams, coverage on, article 1 shorter. */
+START_TEST (test_additive_attention_beams)
+{
+  PsmRng rng;
+  psm_rng_seed (&rng, 19);
+  enum { T = 7, NB = 4, G = 3, A = 20, H = 9, B = NB * G };
+  float *kc = g_new (float, T * NB * A), *hc = g_new (float, T * NB * H);
+  float *kr = g_new (float, T * B * A), *hr = g_new (float, T * B * H);
+  float q[B * A], v[A], wc[A], cov[B * T], mask[T * B];
+  psm_test_fill (kc, T * NB * A, 1.0f, &rng);
+  psm_test_fill (hc, T * NB * H, 1.0f, &rng);
+  psm_test_fill (q, B * A, 1.0f, &rng);
+  psm_test_fill (v, A, 1.0f, &rng);
+  psm_test_fill (wc, A, 1.0f, &rng);
+  psm_test_fill (cov, B * T, 1.0f, &rng);
+  for (int t = 0; t < T; t++)
+    for (int r = 0; r < B; r++) {
+      memcpy (kr + ((size_t) t * B + r) * A, kc + ((size_t) t * NB + r / G) * A, A * sizeof (float));
+      memcpy (hr + ((size_t) t * B + r) * H, hc + ((size_t) t * NB + r / G) * H, H * sizeof (float));
+      mask[t * B + r] = r / G == 1 && t >= 5 ? 0.0f : 1.0f;
+    }
+  PsmTensor *a[2], *ctx[2];
+  PsmGraph *gs[2];
+  for (int k = 0; k < 2; k++) {
+    PsmGraph *g = gs[k] = psm_graph_new ();
+    psm_graph_set_grad (g, FALSE);
+    if (k)
+      {
+        psm_graph_add_repeat (g, kr, kc, G);
+        psm_graph_add_repeat (g, hr, hc, G);
+      }
+    psm_additive_attention (g, psm_tensor_wrap (g, kr, NULL, 3, (int[]) { T, B, A }),
+                            psm_tensor_wrap (g, q, NULL, 2, (int[]) { B, A }), psm_tensor_wrap (g, v, NULL, 1, (int[]) { A }),
+                            psm_tensor_wrap (g, wc, NULL, 1, (int[]) { A }), psm_tensor_wrap (g, cov, NULL, 2, (int[]) { B, T }),
+                            psm_tensor_wrap (g, hr, NULL, 3, (int[]) { T, B, H }), mask, &a[k], &ctx[k]);
+  }
+  ck_assert (memcmp (a[0]->data, a[1]->data, B * T * sizeof (float)) == 0);
+  ck_assert (memcmp (ctx[0]->data, ctx[1]->data, B * H * sizeof (float)) == 0);
+  ck_assert (a[1]->data[1 * G * T + 6] == 0.0f && a[1]->data[0 * G * T + 6] != 0.0f);
+  psm_graph_free (gs[0]);
+  psm_graph_free (gs[1]);
+  g_free (kc);
+  g_free (hc);
+  g_free (kr);
+  g_free (hr);
+}
+END_TEST
+
 /* ---- pointer ops: R = 6 rows (3 steps of Bi = 2 examples), T = 4 source
  * positions, vocabulary S0 = 5 extended to S = 8 ---- */
 #define PR 6
@@ -1029,7 +1165,9 @@ main (int argc, char **argv)
   tcase_add_test (tc, test_op_table);
   tcase_add_test (tc, test_layout_forward);
   tcase_add_test (tc, test_matmul);
+  tcase_add_test (tc, test_fastmath);
   tcase_add_test (tc, test_linear);
+  tcase_add_test (tc, test_packed_weights);
   tcase_add_test (tc, test_unary);
   tcase_add_test (tc, test_binary);
   tcase_add_test (tc, test_losses);
@@ -1041,6 +1179,7 @@ main (int argc, char **argv)
   tcase_add_test (tc, test_lstm);
   tcase_add_test (tc, test_lstm_seq);
   tcase_add_test (tc, test_additive_attention);
+  tcase_add_test (tc, test_additive_attention_beams);
   tcase_add_test (tc, test_pointer_ops);
   suite_add_tcase (s, tc);
   return psm_test_run (s);

@@ -82,6 +82,71 @@ typedef struct {
 
 #define AA_PAR(B, T, A) ((long) (B) * (T) * (A) >= 32768)
 
+/* Forward without gradients over beams: rows r = b G + k (k < G) all attend
+ * over article b's keys and values, read from the compact [T, B / G, .]
+ * tensors once per position for the G rows (psm_graph_repeat_of). The
+ * arithmetic of each row is the one of the general loop below. */
+static void
+attn_forward_grouped (int T, int B, int G, int A, int H, const float *Kc, const float *qd, const float *vd,
+                      const float *wc, const float *cov, const float *hc, const float *mask, float *a, float *ctx)
+{
+  int nB = B / G;
+#pragma omp parallel for if (AA_PAR (B, T, A)) schedule (static)
+  for (int art = 0; art < nB; art++) {
+    int r0 = art * G;
+    for (int i = 0; i < T; i++) {
+      const float *k = Kc + ((size_t) i * nB + art) * A;
+      for (int r = r0; r < r0 + G; r++) {
+        if (mask && mask[(size_t) i * B + r] == 0.0f) {
+          a[(size_t) r * T + i] = -INFINITY;
+          continue;
+        }
+        const float *qb = qd + (size_t) r * A;
+        float c = cov ? cov[(size_t) r * T + i] : 0.0f, e = 0.0f;
+        if (wc) {
+#pragma omp simd reduction (+:e)
+          for (int j = 0; j < A; j++)
+            e += vd[j] * psm_fast_tanhf (k[j] + qb[j] + wc[j] * c);
+        } else {
+#pragma omp simd reduction (+:e)
+          for (int j = 0; j < A; j++)
+            e += vd[j] * psm_fast_tanhf (k[j] + qb[j]);
+        }
+        a[(size_t) r * T + i] = e;
+      }
+    }
+    for (int r = r0; r < r0 + G; r++) {
+      float *ab = a + (size_t) r * T, m = -INFINITY;
+      for (int i = 0; i < T; i++)
+        m = MAX (m, ab[i]);
+      if (m == -INFINITY) {
+        memset (ab, 0, T * sizeof (float));
+        continue;
+      }
+      double s = 0.0;
+      for (int i = 0; i < T; i++)
+        s += ab[i] == -INFINITY ? 0.0 : expf (ab[i] - m);
+      float inv = (float) (1.0 / s);
+      for (int i = 0; i < T; i++)
+        ab[i] = ab[i] == -INFINITY ? 0.0f : expf (ab[i] - m) * inv;
+    }
+    for (int r = r0; r < r0 + G; r++)
+      memset (ctx + (size_t) r * H, 0, H * sizeof (float));
+    for (int i = 0; i < T; i++) {
+      const float *h = hc + ((size_t) i * nB + art) * H;
+      for (int r = r0; r < r0 + G; r++) {
+        float w = a[(size_t) r * T + i];
+        if (w == 0.0f)
+          continue;
+        float *cb = ctx + (size_t) r * H;
+#pragma omp simd
+        for (int j = 0; j < H; j++)
+          cb[j] += w * h[j];
+      }
+    }
+  }
+}
+
 PsmTensor *
 psm_additive_attention (PsmGraph *g, PsmTensor *keys, PsmTensor *query, PsmTensor *v, PsmTensor *w_c,
                         PsmTensor *coverage, PsmTensor *values, const float *mask, PsmTensor **attn,
@@ -101,6 +166,13 @@ psm_additive_attention (PsmGraph *g, PsmTensor *keys, PsmTensor *query, PsmTenso
   float *a = out->data, *ctx = out->data + (size_t) B * T;
   const float *Kd = keys->data, *qd = query->data, *vd = v->data, *hd = values->data;
   const float *wc = w_c ? w_c->data : NULL, *cov = coverage ? coverage->data : NULL;
+  int gk = 0, gv = 0;
+  const float *Kc = out->grad ? NULL : psm_graph_repeat_of (g, Kd, &gk);
+  const float *Hc = out->grad ? NULL : psm_graph_repeat_of (g, hd, &gv);
+  if (Kc && Hc && gk == gv && gk > 1 && B % gk == 0) {
+    attn_forward_grouped (T, B, gk, A, H, Kc, qd, vd, wc, cov, Hc, mask, a, ctx);
+    goto done;
+  }
 #pragma omp parallel for if (AA_PAR (B, T, A)) schedule (static)
   for (int b = 0; b < B; b++) {
     float *ab = a + (size_t) b * T, *cb = ctx + (size_t) b * H;
@@ -145,6 +217,7 @@ psm_additive_attention (PsmGraph *g, PsmTensor *keys, PsmTensor *query, PsmTenso
         cb[j] += w * h[j];
     }
   }
+done:;
   PsmNode *nd = psm_graph_record (g, PSM_OP_ADDITIVE_ATTENTION, out, 6, in);
   if (nd) {
     AddAttnSaved *sv = psm_graph_alloc (g, sizeof *sv);

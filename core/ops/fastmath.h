@@ -5,6 +5,7 @@
  * reduced range), times 2^n built in the exponent bits. Inputs are clamped
  * to [-87, 88], where the float result is finite and normal.
  *   sigmoid(x) = 1 / (1 + exp(-x))      tanh(x) = 2 sigmoid(2x) - 1
+ * log: below.
  * (tanh's absolute error stays ~1e-7; its relative error near 0 is larger,
  * which the recurrent cells never depend on.) */
 #ifndef PSM_FASTMATH_H
@@ -43,6 +44,35 @@ static inline float
 psm_fast_tanhf (float x)
 {
   return 2.0f / (1.0f + psm_fast_expf (-2.0f * x)) - 1.0f;
+}
+
+/* log of a positive normal float: x = 2^e m with m in [sqrt(1/2), sqrt(2)),
+ * then Cephes' logf polynomial in f = m - 1 (relative error ~1e-7), and
+ * e ln 2 added in two parts. Callers keep x >= FLT_MIN. */
+static inline float
+psm_fast_logf (float x)
+{
+  union { float f; uint32_t i; } u = { x };
+  float e = (float) ((int32_t) ((u.i >> 23) & 0xff) - 127);
+  u.i = (u.i & 0x007fffffu) | 0x3f800000u;
+  float m = u.f;
+  int big = m > 1.41421356f;
+  m = big ? 0.5f * m : m;
+  e = big ? e + 1.0f : e;
+  float f = m - 1.0f, z = f * f;
+  float y = 7.0376836292e-2f;
+  y = y * f - 1.1514610310e-1f;
+  y = y * f + 1.1676998740e-1f;
+  y = y * f - 1.2420140846e-1f;
+  y = y * f + 1.4249322787e-1f;
+  y = y * f - 1.6668057665e-1f;
+  y = y * f + 2.0000714765e-1f;
+  y = y * f - 2.4999993993e-1f;
+  y = y * f + 3.3333331174e-1f;
+  y = y * f * z;
+  y += -2.12194440e-4f * e;
+  y += -0.5f * z;
+  return f + y + 0.693359375f * e;
 }
 
 #endif

@@ -29,7 +29,11 @@ psm_lstm_cell (PsmGraph *g, PsmTensor *xp, PsmTensor *h, PsmTensor *c, PsmTensor
   float *G = psm_graph_alloc (g, (size_t) B * 4 * H * sizeof (float));
   float *sv = psm_graph_alloc (g, (size_t) B * 5 * H * sizeof (float));
   memcpy (G, xp->data, (size_t) B * 4 * H * sizeof (float));
-  psm_gemm (FALSE, FALSE, B, 4 * H, H, 1.0f, h->data, H, w->data, 4 * H, 1.0f, G, 4 * H);
+  gboolean packed = PSM_PACK_FAST && B <= PSM_PACKED_MAX_ROWS && psm_graph_is_const (g, w->data);
+  if (packed)
+    psm_gemm_packed (B, 4 * H, H, h->data, H, psm_graph_packed (g, w->data, H, 4 * H, FALSE), 1.0f, G, 4 * H);
+  else
+    psm_gemm (FALSE, FALSE, B, 4 * H, H, 1.0f, h->data, H, w->data, 4 * H, 1.0f, G, 4 * H);
   float *ho = out->data, *co = out->data + (size_t) B * H;
   for (int b = 0; b < B; b++) {
     const float *gr = G + (size_t) b * 4 * H, *cp = c->data + (size_t) b * H;
@@ -60,6 +64,8 @@ psm_lstm_cell (PsmGraph *g, PsmTensor *xp, PsmTensor *h, PsmTensor *c, PsmTensor
   if (n) {
     n->saved = sv;
     n->aux[0] = psm_graph_dup (g, mask, B * sizeof (float));
+    if (packed && h->grad)   /* dh = dG W^T on W^T packed */
+      n->aux[1] = psm_graph_packed (g, w->data, 4 * H, H, TRUE);
   }
   return out;
 }
@@ -99,7 +105,9 @@ psm_lstm_cell_backward (PsmNode *n)
   if (xp->grad)
     for (size_t i = 0; i < (size_t) B * 4 * H; i++)
       xp->grad[i] += dG[i];
-  if (h->grad)
+  if (h->grad && n->aux[1])
+    psm_gemm_packed (B, H, 4 * H, dG, 4 * H, (const float *) n->aux[1], 1.0f, h->grad, H);
+  else if (h->grad)
     psm_gemm (FALSE, TRUE, B, H, 4 * H, 1.0f, dG, 4 * H, w->data, 4 * H, 1.0f, h->grad, H);
   if (w->grad)
     psm_gemm (TRUE, FALSE, H, 4 * H, B, 1.0f, h->data, H, dG, 4 * H, 1.0f, w->grad, 4 * H);

@@ -389,8 +389,12 @@ psm_log (PsmGraph *g, PsmTensor *x)
 {
   PsmTensor *in[1] = { x };
   PsmTensor *y = psm_op_out (g, x->ndim, x->shape, 1, in);
-  for (size_t i = 0; i < x->n; i++)
-    y->data[i] = logf (MAX (x->data[i], LOG_FLOOR));
+  const float *xd = x->data;
+  float *yd = y->data;
+  long n = (long) x->n;
+#pragma omp parallel for simd if (n >= 65536) schedule (static)
+  for (long i = 0; i < n; i++)
+    yd[i] = psm_fast_logf (MAX (xd[i], LOG_FLOOR));
   psm_graph_record (g, PSM_OP_LOG, y, 1, in);
   return y;
 }

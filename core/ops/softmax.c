@@ -8,20 +8,39 @@
 #include <math.h>
 #include <string.h>
 #include "psm-private.h"
+#include "fastmath.h"
 
 static void
 softmax_row (const float *x, const float *mask, float *y, int C, gboolean logspace)
 {
   float m = -INFINITY;
-  for (int j = 0; j < C; j++)
-    if ((!mask || mask[j] != 0.0f) && x[j] > m)
-      m = x[j];
+  if (!mask) {
+#pragma omp simd reduction (max:m)
+    for (int j = 0; j < C; j++)
+      m = MAX (m, x[j]);
+  } else
+    for (int j = 0; j < C; j++)
+      if (mask[j] != 0.0f && x[j] > m)
+        m = x[j];
   if (m == -INFINITY) {          /* nothing kept */
     for (int j = 0; j < C; j++)
       y[j] = logspace ? -INFINITY : 0.0f;
     return;
   }
   double s = 0.0;
+  if (!mask && !logspace) {   /* the common case, vectorised: y = e^(x - m) / s */
+    float sf = 0.0f;
+#pragma omp simd reduction (+:sf)
+    for (int j = 0; j < C; j++) {
+      y[j] = psm_fast_expf (x[j] - m);
+      sf += y[j];
+    }
+    float inv = 1.0f / sf;
+#pragma omp simd
+    for (int j = 0; j < C; j++)
+      y[j] *= inv;
+    return;
+  }
   for (int j = 0; j < C; j++)
     if (!mask || mask[j] != 0.0f)
       s += expf (x[j] - m);
@@ -42,6 +61,7 @@ softmax_op (PsmGraph *g, PsmTensor *x, const float *mask, gboolean logspace)
   PsmTensor *in[1] = { x };
   PsmTensor *y = psm_op_out (g, x->ndim, x->shape, 1, in);
   int R = psm_tensor_rows (x), C = psm_tensor_cols (x);
+#pragma omp parallel for if (R > 1 && (long) R * C >= 65536) schedule (static)
   for (int r = 0; r < R; r++)
     softmax_row (x->data + (size_t) r * C, mask ? mask + (size_t) r * C : NULL,
                  y->data + (size_t) r * C, C, logspace);
