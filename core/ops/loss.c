@@ -11,6 +11,7 @@
 #include <math.h>
 #include <string.h>
 #include "psm-private.h"
+#include "fastmath.h"
 
 static PsmTensor *
 scalar_out (PsmGraph *g, PsmTensor *x)
@@ -123,25 +124,43 @@ psm_cross_entropy (PsmGraph *g, PsmTensor *x, const int32_t *t, const float *w)
   gboolean keep = y->grad != NULL;
   float *p = keep ? psm_graph_alloc (g, x->n * sizeof (float)) : NULL;
   double W = total_weight (R, t, w), s = 0.0;
+  for (int i = 0; i < R; i++)
+    g_return_val_if_fail (t[i] < C, NULL);
+  /* rows in parallel, vectorised exp; the per-row terms are summed in row
+   * order afterwards, so the loss does not depend on the thread count */
+  double *term = psm_graph_alloc (g, (size_t) MAX (R, 1) * sizeof (double));
+#pragma omp parallel for if ((long) R * C >= 65536) schedule (static)
   for (int i = 0; i < R; i++) {
     const float *xr = x->data + (size_t) i * C;
+    term[i] = 0.0;
     if (t[i] < 0 && !keep)
       continue;
-    g_return_val_if_fail (t[i] < C, NULL);
     float m = xr[0];
+#pragma omp simd reduction (max:m)
     for (int j = 1; j < C; j++)
       m = MAX (m, xr[j]);
-    double z = 0.0;
-    for (int j = 0; j < C; j++)
-      z += expf (xr[j] - m);
+    float z = 0.0f;
     if (keep) {
-      float inv = (float) (1.0 / z);
+      float *pr = p + (size_t) i * C;
+#pragma omp simd reduction (+:z)
+      for (int j = 0; j < C; j++) {
+        pr[j] = psm_fast_expf (xr[j] - m);
+        z += pr[j];
+      }
+      float inv = 1.0f / z;
+#pragma omp simd
       for (int j = 0; j < C; j++)
-        p[(size_t) i * C + j] = expf (xr[j] - m) * inv;
+        pr[j] *= inv;
+    } else {
+#pragma omp simd reduction (+:z)
+      for (int j = 0; j < C; j++)
+        z += psm_fast_expf (xr[j] - m);
     }
     if (t[i] >= 0)
-      s -= (w ? w[i] : 1.0f) * ((double) xr[t[i]] - m - log (z));
+      term[i] = -(w ? w[i] : 1.0f) * ((double) xr[t[i]] - m - log ((double) z));
   }
+  for (int i = 0; i < R; i++)
+    s += term[i];
   y->data[0] = W > 0 ? (float) (s / W) : 0.0f;
   PsmTensor *in[1] = { x };
   PsmNode *n = psm_graph_record (g, PSM_OP_CROSS_ENTROPY, y, 1, in);
@@ -164,12 +183,14 @@ psm_cross_entropy_backward (PsmNode *n)
   if (W <= 0)
     return;
   float d = n->out->grad[0] / (float) W;
+#pragma omp parallel for if ((long) R * C >= 65536) schedule (static)
   for (int i = 0; i < R; i++) {
     if (t[i] < 0)
       continue;
     float k = d * (w ? w[i] : 1.0f);
     float *dx = x->grad + (size_t) i * C;
     const float *pr = p + (size_t) i * C;
+#pragma omp simd
     for (int j = 0; j < C; j++)
       dx[j] += k * pr[j];
     dx[t[i]] -= k;
