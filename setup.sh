@@ -1,7 +1,8 @@
 #!/bin/sh
 # psm set-up on Debian 12: install the build dependencies with apt-get,
-# build, and (unless --no-run) train and test the README's main job, the
-# rarest-word pointer-softmax pipeline (small variant, ~10 minutes on 2 cores).
+# build, and (unless --no-run) train and test the README's main job, a small
+# pointer-generator with coverage on CNN/DailyMail (about ten minutes
+# on 2 cores; pipelines/cnndm_coverage_mini.cfg).
 #   ./setup.sh            install, build, run the main job
 #   ./setup.sh --no-run   install and build only (.ci/run uses this)
 set -eu
@@ -30,6 +31,6 @@ fi
 make -j"$(nproc)"
 
 if [ "$run" = yes ]; then
-  echo "setup: training pipelines/rarest_word_ps_small.cfg (run folder runs/rarest_word_ps_small)"
-  ./psm pipelines/rarest_word_ps_small.cfg
+  echo "setup: training and testing pipelines/cnndm_coverage_mini.cfg (run folder runs/cnndm_coverage_mini)"
+  ./psm pipelines/cnndm_coverage_mini.cfg
 fi

@@ -52,7 +52,7 @@ for l in open(sys.argv[1], encoding="utf-8"):
     print(json.loads(l)["article"].replace("\n", " "))' "${PSM_DATA:-$top/../shared/data}/cnndm/valid.jsonl" > "$arts"
 cd "$top"
 export PSM_PLUGIN_PATH="$top/plugins/.libs"
-N_DECODE=${N_DECODE:-24}
+N_DECODE=${N_DECODE:-48}
 p=$(BENCH_PROFILE=1 "$top/bench/bench-see" train "$SECONDS_PER")
 t=$(LD_PRELOAD="$JEMALLOC" /usr/bin/python3 "$top/bench/see_torch.py" train "$SECONDS_PER")
 echo "$p"; echo "$t"
