@@ -4,10 +4,16 @@
  *   bench-see train SECONDS [B T TY]   training steps on one random batch
  *                                      (every source T tokens, every target
  *                                      TY), then the per-phase profile
- *   bench-see decode FILE [N]          beam 4, exactly 100 tokens, over the
+ *   bench-see vocab DIR                builds the vocabulary from the
+ *                                      training split and saves it in DIR, as
+ *                                      a training run saves it in its folder
+ *   bench-see decode FILE [N [DIR]]    beam 4, exactly 100 tokens, over the
  *                                      first N articles of FILE (one a line;
  *                                      bench/run.sh writes the validation
- *                                      articles of ../shared/data/cnndm)
+ *                                      articles of ../shared/data/cnndm); with
+ *                                      DIR, as psm-run --mode decode on a run
+ *                                      folder: the vocabulary read from DIR,
+ *                                      the training split not read
  * Run from the build tree (PSM_PLUGIN_PATH=plugins/.libs): it builds the
  * model from the pipeline (BENCH_SEE_CFG, default pipelines/cnndm_coverage.cfg)
  * as psm-run would, vocabulary from ../shared/data/cnndm's training split,
@@ -107,20 +113,24 @@ sgemm_peak (void)
 int
 main (int argc, char **argv)
 {
-  if (argc < 3 || (strcmp (argv[1], "train") && strcmp (argv[1], "decode"))) {
-    fprintf (stderr, "usage: bench-see train SECONDS [B T TY] | bench-see decode FILE [N]\n");
+  if (argc < 3 || (strcmp (argv[1], "train") && strcmp (argv[1], "decode") && strcmp (argv[1], "vocab"))) {
+    fprintf (stderr, "usage: bench-see train SECONDS [B T TY] | bench-see vocab DIR | bench-see decode FILE [N [DIR]]\n");
     return 2;
   }
-  gboolean train = strcmp (argv[1], "train") == 0;
+  gboolean train = strcmp (argv[1], "train") == 0, vocab = strcmp (argv[1], "vocab") == 0;
+  const char *run_dir = !train && !vocab && argc > 4 ? argv[4] : NULL;
   int B = argc > 3 ? atoi (argv[3]) : 16, T = argc > 4 ? atoi (argv[4]) : 400, TY = argc > 5 ? atoi (argv[5]) : 100;
+  char *dir_set = g_strdup_printf ("run.dir=\"%s\"", run_dir ? run_dir : "/nonexistent/bench-see");
   const char *sets[] = { "task.vocab=20000", "model.decoder.coverage=true", "model.head.cov_loss_wt=1.0",
                          "decode.min_len=100", "decode.max_len=100", "decode.beam=4", "eval.batch=16",
-                         "run.dir=/nonexistent/bench-see", NULL };
+                         dir_set, NULL };
   GError *e = NULL;
   const char *cfg = g_getenv ("BENCH_SEE_CFG") ? g_getenv ("BENCH_SEE_CFG") : "pipelines/cnndm_coverage.cfg";
   PsmPipeline *pl = psm_pipeline_load (cfg, sets, &e);
   if (!pl)
     die (e);
+  g_free (dir_set);
+  psm_pipeline_set_eval_only (pl, run_dir != NULL);
   PsmModel *m = psm_model_new (pl, FALSE, &e);
   if (!m)
     die (e);
@@ -129,7 +139,14 @@ main (int argc, char **argv)
   PsmTaskInfo info = { .size = sizeof info };
   tk->info (task, &info);
 
-  if (train) {
+  if (vocab) {
+    if (!tk->save) {
+      fprintf (stderr, "bench-see: the task saves nothing\n");
+      return 1;
+    }
+    if (!tk->save (task, argv[2], &e))
+      die (e);
+  } else if (train) {
     double secs = atof (argv[2]);
     PsmParams *params = psm_model_params (m);
     PsmOptConfig oc = { .kind = PSM_OPT_ADAGRAD, .lr = 0.15, .init_accum = 0.1 };

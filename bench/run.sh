@@ -45,7 +45,8 @@ fi
 echo
 echo "## (c) See et al.'s pointer-generator with coverage (vocab 20k, emb 128, hidden 256, B 16, 400/100), psm vs PyTorch"
 arts=$(mktemp)
-trap 'rm -f "$arts"' EXIT
+rundir=$(mktemp -d)
+trap 'rm -rf "$arts" "$rundir"' EXIT
 # the validation articles of ../shared/data/cnndm, one a line
 /usr/bin/python3 -c 'import json, sys
 for l in open(sys.argv[1], encoding="utf-8"):
@@ -59,7 +60,9 @@ echo "$p"; echo "$t"
 ptok=$(echo "$p" | sed -n 's/.*ms\/step, \([0-9.]*\) target.*/\1/p')
 ttok=$(echo "$t" | sed -n 's/.*ms\/step, \([0-9.]*\) target.*/\1/p')
 printf 'training: psm / PyTorch target tokens/s = %.2f\n' "$(echo "$ptok / $ttok" | bc -l)"
-p=$("$top/bench/bench-see" decode "$arts" "$N_DECODE")
+# decoding as psm-run --mode decode on a run folder: the vocabulary saved there
+"$top/bench/bench-see" vocab "$rundir"
+p=$("$top/bench/bench-see" decode "$arts" "$N_DECODE" "$rundir")
 t=$(LD_PRELOAD="$JEMALLOC" /usr/bin/python3 "$top/bench/see_torch.py" decode "$arts" "$N_DECODE")
 echo "$p"; echo "$t"
 pa=$(echo "$p" | sed -n 's/.*: \([0-9.]*\) articles.*/\1/p')

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <string.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include "psm-private.h"
 
 /* More floats than any machine holds: a saturated (overflowed) count. */
@@ -22,6 +23,7 @@ struct PsmParams {
   GHashTable *by_name;
   size_t total;
   float *data, *grad;
+  void *grad_mem;    /* grad's allocation (grad aligned within it) */
   gboolean final;
 };
 
@@ -44,7 +46,7 @@ psm_params_free (PsmParams *p)
   g_array_free (p->info, TRUE);
   g_hash_table_destroy (p->by_name);
   free (p->data);
-  free (p->grad);
+  free (p->grad_mem);
   g_free (p);
 }
 
@@ -135,16 +137,20 @@ psm_params_finalize (PsmParams *p, PsmRng *rng, GError **error)
     g_string_free (shape, TRUE);
     return FALSE;
   }
-  if (posix_memalign ((void **) &p->data, 64, bytes) || posix_memalign ((void **) &p->grad, 64, bytes)) {
-    free (p->data);
-    p->data = NULL;
+  /* The gradients from calloc: a large block comes as untouched zero pages
+   * from the kernel, so a run that never trains (eval, decode) does not
+   * hold them in memory. */
+  p->grad_mem = calloc (bytes + 64, 1);
+  p->grad = p->grad_mem ? (float *) (((uintptr_t) p->grad_mem + 63) & ~(uintptr_t) 63) : NULL;
+  if (!p->grad || posix_memalign ((void **) &p->data, 64, bytes)) {
+    free (p->grad_mem);
+    p->data = p->grad = p->grad_mem = NULL;
     g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID,
                  "out of memory allocating %.4g parameters (%.1f GiB); make the model's sizes smaller",
                  (double) p->total, gib (2.0 * bytes));
     return FALSE;
   }
   memset (p->data, 0, bytes);
-  memset (p->grad, 0, bytes);
   for (guint k = 0; k < p->info->len; k++) {
     ParamInfo *pi = &g_array_index (p->info, ParamInfo, k);
     float *w = p->data + pi->offset;

@@ -108,6 +108,7 @@ struct PsmPipeline {
   char *run_dir;
   char **sets;            /* the --set assignments it was loaded with */
   gboolean continued;     /* phase two (psm_pipeline_continued) */
+  gboolean eval_only;     /* psm_pipeline_set_eval_only */
 };
 
 static void
@@ -442,6 +443,7 @@ psm_pipeline_continued (const PsmPipeline *pl, GError **error)
     return NULL;
   }
   two->continued = TRUE;
+  two->eval_only = pl->eval_only;
   return two;
 }
 
@@ -451,6 +453,8 @@ psm_pipeline_note (const PsmPipeline *pl, guint i)
   return i < pl->notes->len ? g_ptr_array_index (pl->notes, i) : NULL;
 }
 const char *psm_pipeline_run_dir (const PsmPipeline *pl) { return pl->run_dir; }
+void psm_pipeline_set_eval_only (PsmPipeline *pl, gboolean eval_only) { pl->eval_only = eval_only; }
+gboolean psm_pipeline_eval_only (const PsmPipeline *pl) { return pl->eval_only; }
 int psm_pipeline_n_metrics (const PsmPipeline *pl) { return pl->n_metrics; }
 
 const PsmSection *

@@ -813,6 +813,52 @@ START_TEST (test_lstm_seq)
 }
 END_TEST
 
+#define COLS_X0 3      /* psm_lstm_seq_cols: the gates start at column 3 of 4H + 5 */
+
+static PsmTensor *
+f_lstm_seq_cols (PsmGraph *g, void *ud)
+{
+  Case *c = ud;
+  return psm_test_project (g, psm_lstm_seq_cols (g, in (g, c, 0), COLS_X0, in (g, c, 1), in (g, c, 2), in (g, c, 3),
+                                                 c->mask, c->which));
+}
+
+/* psm_lstm_seq_cols on a wider projection against psm_lstm_seq on the copy
+ * of its columns, bit for bit, with and without gradients (without, the op
+ * keeps two steps of cell state instead of all); the finite-difference
+ * check of every input, the columns it does not read included. */
+START_TEST (test_lstm_seq_cols)
+{
+  PsmRng rng;
+  psm_rng_seed (&rng, 23);
+  enum { T = 5, B = 3, H = 4, K = 4 * H + 5 };
+  for (int rev = 0; rev < 2; rev++) {
+    Case c = { 0 };
+    c.which = rev;
+    alloc_in (&c, 0, 3, T, B, K, &rng, 1.0f);
+    alloc_in (&c, 1, 2, B, H, 0, &rng, 1.0f);
+    alloc_in (&c, 2, 2, B, H, 0, &rng, 1.0f);
+    alloc_in (&c, 3, 2, H, 4 * H, 0, &rng, 0.8f);
+    for (int i = 0; i < T * B; i++)
+      c.mask[i] = (i == 1 || i == B + 2 || i == T * B - 1) ? 0.0f : 1.0f;
+    for (int grad = 0; grad < 2; grad++) {
+      PsmGraph *g = psm_graph_new ();
+      psm_graph_set_grad (g, grad);
+      PsmTensor *xp = in (g, &c, 0), *h = in (g, &c, 1), *cc = in (g, &c, 2), *w = in (g, &c, 3);
+      PsmTensor *a = psm_lstm_seq_cols (g, xp, COLS_X0, h, cc, w, c.mask, rev);
+      PsmTensor *b = psm_lstm_seq (g, psm_slice (g, xp, COLS_X0, 4 * H), h, cc, w, c.mask, rev);
+      ck_assert_int_eq (a->n, b->n);
+      for (size_t i = 0; i < a->n; i++)
+        ck_assert_msg (a->data[i] == b->data[i], "lstm_seq_cols rev=%d grad=%d [%zu]: %g vs %g", rev, grad, i,
+                       a->data[i], b->data[i]);
+      psm_graph_free (g);
+    }
+    check_all (rev ? "lstm_seq_cols reverse" : "lstm_seq_cols", f_lstm_seq_cols, &c, 4, 5e-3f);
+    free_case (&c);
+  }
+}
+END_TEST
+
 /* Forward of the layout ops and reductions against plain loops. */
 START_TEST (test_layout_forward)
 {
@@ -1178,6 +1224,7 @@ main (int argc, char **argv)
   tcase_add_test (tc, test_colsum);
   tcase_add_test (tc, test_lstm);
   tcase_add_test (tc, test_lstm_seq);
+  tcase_add_test (tc, test_lstm_seq_cols);
   tcase_add_test (tc, test_additive_attention);
   tcase_add_test (tc, test_additive_attention_beams);
   tcase_add_test (tc, test_pointer_ops);

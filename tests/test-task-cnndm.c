@@ -31,15 +31,21 @@ static const char *train_jsonl =
   "{\"id\": \"f\", \"article\": \"caf\\u00e9 \\\"quoted\\\" zebra the\", \"highlights\": \"zebra caf\\u00e9 .\", \"extra\": [1, {\"x\": null}]}\n";
 
 static void *
-make_task (const PsmTaskClass **k, const char *cfg, const char *run_dir, GError **e)
+make_task_mode (const PsmTaskClass **k, const char *cfg, const char *run_dir, gboolean eval_only, GError **e)
 {
   const PsmPluginDesc *d = psm_test_plugin (PSM_KIND_TASK, "cnndm");
   *k = d->klass;
   char *errs = NULL;
   const PsmSection *sec = psm_test_section (cfg, "task", d->params, &errs);
   ck_assert_msg (sec, "%s", errs);
-  PsmTaskCtx ctx = { sizeof ctx, 1, FALSE, run_dir };
+  PsmTaskCtx ctx = { sizeof ctx, 1, FALSE, run_dir, eval_only };
   return (*k)->create (sec, &ctx, e);
+}
+
+static void *
+make_task (const PsmTaskClass **k, const char *cfg, const char *run_dir, GError **e)
+{
+  return make_task_mode (k, cfg, run_dir, FALSE, e);
 }
 
 START_TEST (test_records_and_vocab)
@@ -107,6 +113,36 @@ START_TEST (test_records_and_vocab)
   psm_batch_init (&b2);
   ck_assert (k->eval_batch (t2, PSM_SPLIT_TRAIN, 0, 3, &b2, NULL));
   ck_assert (memcmp (b.src_ext, b2.src_ext, sizeof (int32_t) * b.T * b.B) == 0);
+  /* eval-only in the run folder: the training split is not read (here it
+   * has no valid record), the vocabulary and the test examples are the same */
+  char *bad = write_file ("none.jsonl", "not json\n");
+  char *cfg_e = g_strdup_printf ("plugin = \"cnndm\"; train = \"%s\"; valid = \"%s\"; vocab = 12; "
+                                 "max_src = 6; max_tgt = 3;", bad, tr);
+  void *t3 = make_task_mode (&k, cfg_e, dir, TRUE, &e);
+  ck_assert_msg (t3, "%s", e ? e->message : "");
+  ck_assert_int_eq (k->n_examples (t3, PSM_SPLIT_TRAIN), 0);
+  ck_assert_int_eq (k->n_examples (t3, PSM_SPLIT_TEST), 3);
+  ck_assert (k->eval_batch (t3, PSM_SPLIT_TEST, 0, 3, &b2, NULL));
+  ck_assert (memcmp (b.src_ext, b2.src_ext, sizeof (int32_t) * b.T * b.B) == 0);
+  PsmRng rng;
+  psm_rng_seed (&rng, 1);
+  ck_assert (!k->train_batch (t3, 2, &rng, &b2, &e));
+  ck_assert_msg (strstr (e->message, "no training examples"), "%s", e->message);
+  g_clear_error (&e);
+  k->destroy (t3);
+  /* without it training would need the file: the error names it */
+  ck_assert (make_task (&k, cfg_e, dir, &e) == NULL);
+  ck_assert_msg (strstr (e->message, "none.jsonl"), "%s", e->message);
+  g_clear_error (&e);
+  g_free (cfg_e);
+  g_free (bad);
+  /* eval-only without a saved vocabulary builds it from the training split */
+  void *t4 = make_task_mode (&k, cfg, NULL, TRUE, &e);
+  ck_assert_msg (t4, "%s", e ? e->message : "");
+  ck_assert_int_eq (k->n_examples (t4, PSM_SPLIT_TRAIN), 0);
+  ck_assert (k->eval_batch (t4, PSM_SPLIT_TEST, 0, 3, &b2, NULL));
+  ck_assert (memcmp (b.src_ext, b2.src_ext, sizeof (int32_t) * b.T * b.B) == 0);
+  k->destroy (t4);
   /* a run folder whose vocabulary has another size is refused */
   char *cfg2 = g_strdup_printf ("plugin = \"cnndm\"; train = \"%s\"; valid = \"%s\"; vocab = 10;", tr, tr);
   ck_assert (make_task (&k, cfg2, dir, &e) == NULL);

@@ -182,6 +182,7 @@ main (int argc, char **argv)
     return fail (e);
   for (guint i = 0; psm_pipeline_note (pl, i); i++)
     fprintf (stderr, "psm-run: note: %s\n", psm_pipeline_note (pl, i));
+  psm_pipeline_set_eval_only (pl, strcmp (mode, "eval") == 0 || strcmp (mode, "decode") == 0);
   PsmModel *m = psm_model_new (pl, opt_check, &e);
   if (!m) {
     psm_pipeline_free (pl);

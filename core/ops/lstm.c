@@ -153,30 +153,34 @@ lstm_row_forward (int H, const float *G, const float *cp, float *s, float *ho, f
 }
 
 /* Rows [b0, b1) over the whole sequence. G: scratch [b1 - b0, ldg]. wp:
- * packed W, or NULL for one psm_gemm per step. */
+ * packed W, or NULL for one psm_gemm per step. keep: cs and sv hold every
+ * step [T, B, .] for the backward pass; otherwise (no gradient) cs holds two
+ * steps [2, B, H], alternating, and sv one row [5H] a thread. */
 static void
 lstm_seq_forward_rows (int T, int B, int H, int b0, int b1, gboolean rev, const float *xp, const float *h0,
                        const float *c0, const float *w, const float *wp, const float *mask, float *hs, float *cs,
-                       float *sv, float *G, int ldg)
+                       float *sv, float *G, int ldg, gboolean keep, int ldx)
 {
   for (int k = 0; k < T && b1 > b0; k++) {
     int t = rev ? T - 1 - k : k, tp = rev ? t + 1 : t - 1;
-    const float *hp = k ? hs + (size_t) tp * B * H : h0, *cp = k ? cs + (size_t) tp * B * H : c0;
+    int ct = keep ? t : k & 1, ctp = keep ? tp : (k - 1) & 1;   /* cs slot of this and the previous step */
+    const float *hp = k ? hs + (size_t) tp * B * H : h0, *cp = k ? cs + (size_t) ctp * B * H : c0;
     if (wp)
       psm_packed_gemm (b1 - b0, H, 4 * H, hp + (size_t) b0 * H, H, wp, G, ldg);
     else
       psm_gemm (FALSE, FALSE, b1 - b0, 4 * H, H, 1.0f, hp + (size_t) b0 * H, H, w, 4 * H, 0.0f, G, ldg);
     for (int b = b0; b < b1; b++) {
       size_t row = (size_t) t * B + b;
-      float *ho = hs + row * H, *co = cs + row * H, *s = sv + row * 5 * H;
+      float *ho = hs + row * H, *co = cs + ((size_t) ct * B + b) * H, *s = keep ? sv + row * 5 * H : sv;
       if (mask && mask[row] == 0.0f) {
         memcpy (ho, hp + (size_t) b * H, H * sizeof (float));
         memcpy (co, cp + (size_t) b * H, H * sizeof (float));
-        memset (s, 0, 5 * H * sizeof (float));
+        if (keep)
+          memset (s, 0, 5 * H * sizeof (float));
         continue;
       }
       float *gr = G + (size_t) (b - b0) * ldg;
-      const float *x = xp + row * 4 * H;
+      const float *x = xp + row * ldx;
 #pragma omp simd
       for (int j = 0; j < 4 * H; j++)
         gr[j] += x[j];
@@ -192,7 +196,8 @@ lstm_seq_forward_rows (int T, int B, int H, int b0, int b1, gboolean rev, const 
 static void
 lstm_seq_backward_rows (int T, int B, int H, int b0, int b1, gboolean rev, const float *dhs, const float *hs,
                         const float *c0, const float *cs, const float *sv, const float *mask, const float *w,
-                        const float *wpt, float *dG, float *dxp, float *carry_h, float *carry_c, float *C, int ldc)
+                        const float *wpt, float *dG, float *dxp, int ldx, float *carry_h, float *carry_c, float *C,
+                        int ldc)
 {
   for (int k = T - 1; k >= 0 && b1 > b0; k--) {
     int t = rev ? T - 1 - k : k, tp = rev ? t + 1 : t - 1;
@@ -222,7 +227,7 @@ lstm_seq_backward_rows (int T, int B, int H, int b0, int b1, gboolean rev, const
         dh[j] = 0.0f;
       }
       if (dxp) {
-        float *dx = dxp + row * 4 * H;
+        float *dx = dxp + row * ldx;
 #pragma omp simd
         for (int j = 0; j < 4 * H; j++)
           dx[j] += gr[j];
@@ -248,16 +253,26 @@ PsmTensor *
 psm_lstm_seq (PsmGraph *g, PsmTensor *xp, PsmTensor *h0, PsmTensor *c0, PsmTensor *w, const float *mask,
               gboolean reverse)
 {
+  return psm_lstm_seq_cols (g, xp, 0, h0, c0, w, mask, reverse);
+}
+
+PsmTensor *
+psm_lstm_seq_cols (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTensor *c0, PsmTensor *w,
+                   const float *mask, gboolean reverse)
+{
   g_return_val_if_fail (xp && xp->ndim == 3 && h0 && c0 && w, NULL);
-  int T = xp->shape[0], B = xp->shape[1], H = psm_tensor_cols (h0);
-  g_return_val_if_fail (T > 0 && xp->shape[2] == 4 * H && psm_tensor_rows (h0) == B, NULL);
+  int T = xp->shape[0], B = xp->shape[1], H = psm_tensor_cols (h0), ldx = xp->shape[2];
+  g_return_val_if_fail (T > 0 && col0 >= 0 && col0 + 4 * H <= ldx && psm_tensor_rows (h0) == B, NULL);
   g_return_val_if_fail (c0->n == h0->n && w->n == (size_t) H * 4 * H, NULL);
   PsmTensor *in[4] = { xp, h0, c0, w };
   int shape[3] = { T + 1, B, H };
   PsmTensor *out = psm_op_out (g, 3, shape, 4, in);
   size_t BH = (size_t) B * H;
-  float *sv = psm_graph_alloc (g, (size_t) T * B * 5 * H * sizeof (float));
-  float *cs = psm_graph_alloc (g, (size_t) T * BH * sizeof (float));
+  /* without a gradient nothing is kept for a backward pass: the cell
+   * states of two steps and one row of gate values a thread */
+  gboolean keep = out->grad != NULL;
+  float *sv = keep ? psm_graph_alloc (g, (size_t) T * B * 5 * H * sizeof (float)) : NULL;
+  float *cs = psm_graph_alloc (g, (size_t) (keep ? T : 2) * BH * sizeof (float));
   int ldg = PSM_PACK_FAST ? psm_pack_panels (4 * H) * PSM_PACK_NR : 4 * H;
   if (PSM_PACK_FAST) {
     float *wp = psm_xaligned (psm_packed_floats (H, 4 * H) * sizeof (float), "packed LSTM weights");
@@ -266,19 +281,24 @@ psm_lstm_seq (PsmGraph *g, PsmTensor *xp, PsmTensor *h0, PsmTensor *c0, PsmTenso
       int b0, b1;
       psm_pack_row_split (B, omp_get_num_threads (), omp_get_thread_num (), &b0, &b1);
       float *G = psm_xaligned ((size_t) MAX (b1 - b0, 1) * ldg * sizeof (float), "LSTM scratch");
+      float *row_sv = keep ? NULL : psm_xmalloc (5 * H * sizeof (float), "LSTM scratch");
       psm_pack_shared (H, 4 * H, w->data, 4 * H, FALSE, wp);
-      lstm_seq_forward_rows (T, B, H, b0, b1, reverse, xp->data, h0->data, c0->data, w->data, wp, mask,
-                             out->data, cs, sv, G, ldg);
+      lstm_seq_forward_rows (T, B, H, b0, b1, reverse, xp->data + col0, h0->data, c0->data, w->data, wp, mask,
+                             out->data, cs, keep ? sv : row_sv, G, ldg, keep, ldx);
+      free (row_sv);
       free (G);
     }
     free (wp);
   } else {
     float *G = psm_xmalloc ((size_t) B * ldg * sizeof (float), "LSTM scratch");
-    lstm_seq_forward_rows (T, B, H, 0, B, reverse, xp->data, h0->data, c0->data, w->data, NULL, mask, out->data,
-                           cs, sv, G, ldg);
+    float *row_sv = keep ? NULL : psm_xmalloc (5 * H * sizeof (float), "LSTM scratch");
+    lstm_seq_forward_rows (T, B, H, 0, B, reverse, xp->data + col0, h0->data, c0->data, w->data, NULL, mask,
+                           out->data, cs, keep ? sv : row_sv, G, ldg, keep, ldx);
+    free (row_sv);
     free (G);
   }
-  memcpy (out->data + (size_t) T * BH, cs + (size_t) (reverse ? 0 : T - 1) * BH, BH * sizeof (float));
+  int last = keep ? (reverse ? 0 : T - 1) : (T - 1) & 1;   /* the cs slot of the last step */
+  memcpy (out->data + (size_t) T * BH, cs + (size_t) last * BH, BH * sizeof (float));
   PsmNode *n = psm_graph_record (g, PSM_OP_LSTM_SEQ, out, 4, in);
   if (n) {
     LstmSeqSaved *s = psm_graph_alloc (g, sizeof *s);
@@ -287,6 +307,7 @@ psm_lstm_seq (PsmGraph *g, PsmTensor *xp, PsmTensor *h0, PsmTensor *c0, PsmTenso
     s->mask = psm_graph_dup (g, mask, (size_t) T * B * sizeof (float));
     s->reverse = reverse;
     n->saved = s;
+    n->iarg[0] = col0;
   }
   return out;
 }
@@ -296,7 +317,8 @@ psm_lstm_seq_backward (PsmNode *n)
 {
   PsmTensor *xp = n->in[0], *h0 = n->in[1], *c0 = n->in[2], *w = n->in[3], *out = n->out;
   const LstmSeqSaved *s = n->saved;
-  int T = xp->shape[0], B = xp->shape[1], H = psm_tensor_cols (h0);
+  int T = xp->shape[0], B = xp->shape[1], H = psm_tensor_cols (h0), ldx = xp->shape[2], col0 = n->iarg[0];
+  float *dxp = xp->grad ? xp->grad + col0 : NULL;
   gboolean rev = s->reverse;
   size_t BH = (size_t) B * H;
   float *dG = psm_xmalloc ((size_t) T * B * 4 * H * sizeof (float), "LSTM gradients");
@@ -313,14 +335,14 @@ psm_lstm_seq_backward (PsmNode *n)
       float *C = psm_xaligned ((size_t) MAX (b1 - b0, 1) * ldc * sizeof (float), "LSTM scratch");
       psm_pack_shared (4 * H, H, w->data, 4 * H, TRUE, wpt);   /* op(W) = W^T [4H, H] */
       lstm_seq_backward_rows (T, B, H, b0, b1, rev, out->grad, out->data, c0->data, s->cs, s->sv, s->mask,
-                              w->data, wpt, dG, xp->grad, carry_h, carry_c, C, ldc);
+                              w->data, wpt, dG, dxp, ldx, carry_h, carry_c, C, ldc);
       free (C);
     }
     free (wpt);
   } else {
     float *C = psm_xmalloc ((size_t) B * ldc * sizeof (float), "LSTM scratch");
     lstm_seq_backward_rows (T, B, H, 0, B, rev, out->grad, out->data, c0->data, s->cs, s->sv, s->mask, w->data,
-                            NULL, dG, xp->grad, carry_h, carry_c, C, ldc);
+                            NULL, dG, dxp, ldx, carry_h, carry_c, C, ldc);
     free (C);
   }
   if (h0->grad)

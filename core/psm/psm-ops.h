@@ -82,6 +82,12 @@ PsmTensor *psm_lstm_cell (PsmGraph *g, PsmTensor *xp, PsmTensor *h, PsmTensor *c
  * packed once and the rows split over the threads, as psm_gru_seq. */
 PsmTensor *psm_lstm_seq (PsmGraph *g, PsmTensor *xp, PsmTensor *h0, PsmTensor *c0, PsmTensor *w,
                          const float *mask, gboolean reverse);
+/* ABI 1.4: the same, reading the gate pre-activations from columns
+ * [col0, col0 + 4H) of xp [T, B, K] (the gradient goes to those columns):
+ * both directions of a bidirectional layer read one projection of all
+ * steps without copying their halves out. psm_lstm_seq is col0 = 0, K = 4H. */
+PsmTensor *psm_lstm_seq_cols (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTensor *c0, PsmTensor *w,
+                              const float *mask, gboolean reverse);
 
 /* --- attention (core/ops/attention.c) --- */
 /* ctx[b] = sum_t a[b, t] v[t, b, :]; a [B, T], v [T, B, H] -> [B, H]. */

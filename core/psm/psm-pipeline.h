@@ -34,6 +34,11 @@ int psm_pipeline_n_metrics (const PsmPipeline *pl);
 const PsmPlugin *psm_pipeline_metric (const PsmPipeline *pl, int i, const PsmSection **section);
 /* The run folder (run.dir, default runs/<pipeline name>). */
 const char *psm_pipeline_run_dir (const PsmPipeline *pl);
+/* Models built from pl only evaluate or decode (psm-run --mode eval and
+ * decode): the task is told it may leave the training split unread
+ * (PsmTaskCtx.eval_only). Carried into the second phase. Default FALSE. */
+void psm_pipeline_set_eval_only (PsmPipeline *pl, gboolean eval_only);
+gboolean psm_pipeline_eval_only (const PsmPipeline *pl);
 /* Writes the pipeline with overrides applied. */
 gboolean psm_pipeline_write (const PsmPipeline *pl, const char *path, GError **error);
 

@@ -20,9 +20,11 @@ G_BEGIN_DECLS
  * PsmTaskClass.save, .text_batch and .example_text, PsmMetricClass.add_text
  * (metrics on whole texts), PSM_METRIC_MAX_VALUES 16 (was 8), and the
  * pointer ops of psm-ops.h. 1.3: psm_lstm_seq (the whole-sequence LSTM
- * that bilstm uses; a plugin calling it needs a core that has it). */
+ * that bilstm uses; a plugin calling it needs a core that has it). 1.4:
+ * PsmTaskCtx.eval_only (a task may leave its training split unread),
+ * psm_lstm_seq_cols. */
 #define PSM_ABI_MAJOR 1
-#define PSM_ABI_MINOR 3
+#define PSM_ABI_MINOR 4
 #define PSM_PLUGIN_ENTRY_SYMBOL "psm_plugin_entry"
 
 typedef enum {

@@ -17,6 +17,11 @@ typedef struct {
    * vocabulary built from the training data); read it from there when it
    * exists. NULL under --check. */
   const char *run_dir;
+  /* ABI 1.4: the run only evaluates or decodes (psm-run --mode eval or
+   * decode): the training split need not be held. A task may skip reading
+   * it when run_dir has what save() wrote, and then answer n_examples
+   * (PSM_SPLIT_TRAIN) with 0. Read it only if ctx->size covers it. */
+  gboolean eval_only;
 } PsmTaskCtx;
 
 typedef struct {

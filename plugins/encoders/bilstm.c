@@ -2,7 +2,8 @@
  *   [xf | xb]_t = x_t W_x + b_x     (both directions, all steps: one GEMM)
  *   (h→_t, c→_t) = LSTM(xf_t, h→_(t-1), c→_(t-1))   t = 1..T
  *   (h←_t, c←_t) = LSTM(xb_t, h←_(t+1), c←_(t+1))   t = T..1
- * with psm_lstm_seq (core/ops/lstm.c); padding carries the state, so the
+ * with psm_lstm_seq_cols (core/ops/lstm.c), each direction reading its half
+ * of the one projection in place; padding carries the state, so the
  * forward pass ends on each example's last real token and the backward one
  * starts from zeros at it. Annotations h_i = [h→_i; h←_i] ([T, B, 2H]).
  * The final states are reduced to the decoder's initial state as in See's
@@ -42,15 +43,14 @@ static void bl_destroy (void *self) { g_free (self); }
 static int bl_out_dim (void *self) { return 2 * ((BiLstm *) self)->H; }
 static int bl_summary_dim (void *self) { return 2 * ((BiLstm *) self)->H; }
 
-/* One direction over xp [T, B, 4H] from zeros: psm_lstm_seq's [T + 1, B, H]
- * (h at every position, then the final c). */
+/* One direction over columns [col0, col0 + 4H) of xp [T, B, 8H] from zeros:
+ * psm_lstm_seq_cols's [T + 1, B, H] (h at every position, then the final c). */
 static PsmTensor *
-run (PsmGraph *g, PsmTensor *xp, PsmTensor *w, const float *mask, gboolean reverse)
+run (PsmGraph *g, PsmTensor *xp, int col0, int H, PsmTensor *w, const float *mask, gboolean reverse)
 {
-  int B = xp->shape[1], H = xp->shape[2] / 4;
-  int sh[2] = { B, H };
-  return psm_lstm_seq (g, xp, psm_tensor_zeros (g, 2, sh, FALSE), psm_tensor_zeros (g, 2, sh, FALSE), w, mask,
-                       reverse);
+  int sh[2] = { xp->shape[1], H };
+  return psm_lstm_seq_cols (g, xp, col0, psm_tensor_zeros (g, 2, sh, FALSE), psm_tensor_zeros (g, 2, sh, FALSE), w,
+                            mask, reverse);
 }
 
 static void
@@ -60,8 +60,8 @@ bl_encode (void *self, PsmGraph *g, PsmParams *p, PsmTensor *emb, const float *m
   int T = emb->shape[0], B = emb->shape[1], H = s->H;
   PsmTensor *xp = psm_linear (g, emb, psm_param (g, p, s->w_x), psm_param (g, p, s->b_x));
   int shape[3] = { T, B, H };
-  PsmTensor *lf = run (g, psm_slice (g, xp, 0, 4 * H), psm_param (g, p, s->w_f), mask, FALSE);
-  PsmTensor *lb = run (g, psm_slice (g, xp, 4 * H, 4 * H), psm_param (g, p, s->w_b), mask, TRUE);
+  PsmTensor *lf = run (g, xp, 0, H, psm_param (g, p, s->w_f), mask, FALSE);
+  PsmTensor *lb = run (g, xp, 4 * H, H, psm_param (g, p, s->w_b), mask, TRUE);
   out->annotations = psm_concat (g, psm_tensor_view (g, lf, 0, 3, shape), psm_tensor_view (g, lb, 0, 3, shape));
   PsmTensor *h = psm_concat (g, psm_tensor_step (g, lf, T - 1), psm_tensor_step (g, lb, 0));
   PsmTensor *c = psm_concat (g, psm_tensor_step (g, lf, T), psm_tensor_step (g, lb, T));

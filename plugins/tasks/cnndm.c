@@ -522,13 +522,19 @@ cn_create (const PsmSection *cfg, const PsmTaskCtx *ctx, GError **error)
   long max[3] = { max_train, ctx->check ? 8 : 0, ctx->check ? 8 : 0 };
   Texts x[3] = { { 0 } };
   gboolean ok = TRUE;
+  /* evaluating or decoding a trained run: its vocabulary is in the run
+   * folder and the training split is not read at all */
+  gboolean eval_only = ctx->size >= G_STRUCT_OFFSET (PsmTaskCtx, eval_only) + sizeof (gboolean) && ctx->eval_only;
+  char *vpath = ctx->run_dir ? g_build_filename (ctx->run_dir, "vocab.txt", NULL) : NULL;
+  gboolean saved_vocab = vpath && g_file_test (vpath, G_FILE_TEST_EXISTS);
   for (int k = 0; k < 3 && ok; k++) {
+    if (k == 0 && eval_only && saved_vocab)
+      continue;
     ok = read_split (paths[k], max[k], k == 2 && !*test, &x[k], error);
     if (!ok && error && *error)
       g_prefix_error (error, "task.%s: ", k == 0 ? "train" : k == 1 ? "valid" : "test");
   }
-  char *vpath = ctx->run_dir ? g_build_filename (ctx->run_dir, "vocab.txt", NULL) : NULL;
-  if (ok && vpath && g_file_test (vpath, G_FILE_TEST_EXISTS)) {
+  if (ok && saved_vocab) {
     ok = load_vocab (t, vpath, error);
   } else if (ok) {
     build_vocab (t, &x[0]);
@@ -542,7 +548,7 @@ cn_create (const PsmSection *cfg, const PsmTaskCtx *ctx, GError **error)
     t->V = MIN (t->V, (int) t->words->len);
   }
   g_free (vpath);
-  for (int k = 0; k < 3 && ok; k++)
+  for (int k = eval_only ? 1 : 0; k < 3 && ok; k++)   /* eval_only: no training examples */
     fill_split (t, &t->split[k], &x[k]);
   texts_free (&x[0]);
   for (int k = 1; k < 3; k++)
@@ -643,6 +649,10 @@ static gboolean
 cn_train_batch (void *self, int B, PsmRng *rng, PsmBatch *out, GError **error)
 {
   Cnndm *t = self;
+  if (t->split[0].n == 0) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "cnndm: no training examples loaded (an eval-only run)");
+    return FALSE;
+  }
   int *idx = g_new (int, B);
   for (int i = 0; i < B; i++)
     idx[i] = (int) psm_rng_below (rng, (guint32) t->split[0].n);
