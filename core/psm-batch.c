@@ -42,6 +42,7 @@ psm_batch_reserve (PsmBatch *b, int B, int T, int Ty)
     GROW (tgt_switch, nt);
     GROW (tgt_loc, nt);
     GROW (example_id, (size_t) cB);
+    GROW (keep, (size_t) cB);
 #undef GROW
     b->cap_B = cB;
     b->cap_T = cT;
@@ -63,6 +64,7 @@ psm_batch_reserve (PsmBatch *b, int B, int T, int Ty)
     b->tgt_loc[i] = -1;
   for (int i = 0; i < B; i++)
     b->example_id[i] = -1;
+  memset (b->keep, 0, (size_t) B * sizeof *b->keep);
   if (b->oov_words)
     g_ptr_array_set_size (b->oov_words, 0);
   b->ext_base = 0;
@@ -81,6 +83,7 @@ psm_batch_clear (PsmBatch *b)
   g_free (b->tgt_switch);
   g_free (b->tgt_loc);
   g_free (b->example_id);
+  g_free (b->keep);
   if (b->oov_words)
     g_ptr_array_unref (b->oov_words);
   psm_batch_init (b);
@@ -173,5 +176,12 @@ psm_batch_validate (const PsmBatch *b, const PsmTaskInfo *info, int max_B, const
       if (loc >= 0 && b->src_mask[(size_t) loc * b->B + i] == 0.0f)
         BAD ("tgt_loc[step %d, example %d] = %d points at padding", t, i, loc);
     }
+  if (info->size >= G_STRUCT_OFFSET (PsmTaskInfo, streams) + sizeof (gboolean) && info->streams) {
+    if (b->Ty != b->T)
+      BAD ("a stream segment of %d source and %d target steps (expected one target a position)", b->T, b->Ty);
+    for (int i = 0; i < b->B; i++)
+      if (!is_01 (b->keep[i]))
+        BAD ("keep[example %d] = %g (expected 0 or 1)", i, b->keep[i]);
+  }
   return TRUE;
 }

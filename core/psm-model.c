@@ -33,6 +33,13 @@ struct PsmModel {
   PsmGraph *gs;                /* decoding: one step at a time */
   PsmBatch batch;
   int eval_batch;
+  /* stream tasks: the encoder state carried between segments, one buffer
+   * for training and one for evaluation ([carry_rows[i], carry_k]) */
+  gboolean streams;
+  int carry_k;
+  float *carry[2];
+  int carry_rows[2];
+  int carry_mode;               /* 0 training, 1 evaluation */
 };
 
 PsmGraph *psm_model_graph (PsmModel *m) { return m->g; }
@@ -118,12 +125,20 @@ psm_model_new (PsmPipeline *pl, gboolean check, GError **error)
   m->task_name = tp->desc->name;
   if (!psm_task_info_validate (&m->info, m->task_name, error))
     goto fail;
+  m->streams = m->info.streams;
 
   const PsmPlugin *ep = psm_pipeline_plugin (pl, "model.encoder");
   const PsmPlugin *dp = psm_pipeline_plugin (pl, "model.decoder");
   if (!ep) {
     g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID,
                  "%s: model.encoder: missing section (every pipeline needs an encoder)", psm_pipeline_file (pl));
+    goto fail;
+  }
+  if (dp && m->streams) {
+    g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID,
+                 "%s: model.decoder: task '%s' is a language model over streams of text: its encoder predicts "
+                 "every next word, with no decoder (remove the model.decoder section)", psm_pipeline_file (pl),
+                 m->task_name);
     goto fail;
   }
   const PsmSection *emb = psm_pipeline_section (pl, "model.embedding");
@@ -179,7 +194,9 @@ psm_model_new (PsmPipeline *pl, gboolean check, GError **error)
   }
   ctx.enc_dim = m->ek->output_dim (m->enc);
   ctx.summary_dim = m->ek->summary_dim (m->enc);
-  ctx.state_dim = ctx.summary_dim;
+  ctx.state_dim = m->streams ? ctx.enc_dim : ctx.summary_dim;
+  int (*carry_dim) (void *) = PSM_CLASS_HOOK (m->ek, carry_dim);
+  m->carry_k = m->streams && carry_dim ? carry_dim (m->enc) : 0;
   if (dp) {
     ctx.prefix = "decoder.";
     m->dk = dp->desc->klass;
@@ -237,6 +254,10 @@ fail:
 void
 psm_model_free (PsmModel *m)
 {
+  if (m) {
+    g_free (m->carry[0]);
+    g_free (m->carry[1]);
+  }
   if (!m)
     return;
   for (int i = 0; i < m->n_metrics; i++)
@@ -276,7 +297,28 @@ encode (PsmModel *m, PsmGraph *g, const PsmBatch *b, PsmEncoding *enc)
   enc->B = b->B;
   enc->mask = b->src_mask;
   enc->src = b->src;
+  float *carry = NULL;
+  if (m->streams && m->carry_k) {
+    /* the state of the previous segment, zero where a stream starts */
+    int mode = m->carry_mode;
+    if (m->carry_rows[mode] != b->B) {
+      g_free (m->carry[mode]);
+      m->carry[mode] = g_new0 (float, (size_t) b->B * m->carry_k);
+      m->carry_rows[mode] = b->B;
+    }
+    carry = m->carry[mode];
+    for (int i = 0; i < b->B; i++)
+      if (b->keep[i] == 0.0f)
+        memset (carry + (size_t) i * m->carry_k, 0, m->carry_k * sizeof (float));
+    /* a copy the graph owns: the buffer gets this segment's end state
+     * below, and the backward pass still reads the start state */
+    enc->carry_in = psm_graph_dup (g, carry, (size_t) b->B * m->carry_k * sizeof (float));
+  }
   m->ek->encode (m->enc, g, m->params, x, b->src_mask, enc);
+  if (carry && enc->carry_out) {
+    g_return_if_fail (enc->carry_out->n == (size_t) b->B * m->carry_k);
+    memcpy (carry, enc->carry_out->data, enc->carry_out->n * sizeof (float));
+  }
   if (m->dk && enc->annotations && enc->annotations->grad && enc->annotations->ndim == 3)
     psm_defer_values_grad (g, enc->annotations);   /* one GEMM per example instead of a pass per step */
   PsmTensor *(*prepare) (void *, PsmGraph *, PsmParams *, const PsmEncoding *) = m->dk ? PSM_CLASS_HOOK (m->dk, prepare) : NULL;
@@ -284,13 +326,19 @@ encode (PsmModel *m, PsmGraph *g, const PsmBatch *b, PsmEncoding *enc)
     enc->memo = prepare (m->dec, g, m->params, enc);
 }
 
-/* No decoder: the head sees one step whose state is the summary. */
+/* No decoder: the head sees one step whose state is the summary; or, for
+ * stream tasks, every position, whose states are the annotations. */
 static void
-summary_step (PsmGraph *g, const PsmEncoding *enc, PsmDecOut *out)
+summary_step (PsmModel *m, PsmGraph *g, const PsmEncoding *enc, PsmDecOut *out)
 {
   memset (out, 0, sizeof *out);
-  out->Ty = 1;
   out->B = enc->B;
+  if (m->streams) {
+    out->Ty = enc->T;
+    out->state = enc->annotations;
+    return;
+  }
+  out->Ty = 1;
   int s3[3] = { 1, enc->B, psm_tensor_cols (enc->summary) };
   out->state = psm_tensor_reshape (g, enc->summary, 3, s3);
 }
@@ -348,12 +396,13 @@ psm_model_loss (PsmModel *m, PsmGraph *g, const PsmBatch *b)
   PsmEncoding enc;
   PsmDecOut out;
   psm_graph_phase (g, PSM_PHASE_ENCODER);
+  m->carry_mode = 0;
   encode (m, g, b, &enc);
   psm_graph_phase (g, PSM_PHASE_DECODER);
   if (m->dk)
     decode_forced (m, g, b, &enc, &out);
   else
-    summary_step (g, &enc, &out);
+    summary_step (m, g, &enc, &out);
   psm_graph_phase (g, PSM_PHASE_HEAD);
   PsmTensor *loss = m->hk->loss (m->head, g, m->params, &enc, &out, b);
   psm_graph_phase (g, PSM_PHASE_OTHER);
@@ -764,10 +813,18 @@ psm_model_evaluate (PsmModel *m, PsmSplit split, const PsmEvalOptions *opt, PsmE
   gboolean ok = TRUE;
   GTimer *timer = g_timer_new ();
   int EB = m->dk && score ? MAX (1, m->eval_batch / MAX (m->beam.beam, 1)) : m->eval_batch;
-  for (long start = 0; start < n && ok; start += EB) {
-    int B = (int) MIN ((long) EB, n - start);
-    if (!m->tk->eval_batch (m->task, split, (int) start, B, &m->batch, error) ||
-        !psm_batch_validate (&m->batch, &m->info, B, m->task_name, error)) {
+  /* stream tasks: segment after segment of EB streams, the state carried,
+   * until the task has no more (T == 0) or n target words are scored */
+  m->carry_mode = 1;
+  for (long start = 0; ok && (m->streams ? res->n_examples < n : start < n); start += m->streams ? 1 : EB) {
+    int B = m->streams ? EB : (int) MIN ((long) EB, n - start);
+    if (!m->tk->eval_batch (m->task, split, (int) start, B, &m->batch, error)) {
+      ok = FALSE;
+      break;
+    }
+    if (m->streams && m->batch.T == 0)
+      break;
+    if (!psm_batch_validate (&m->batch, &m->info, B, m->task_name, error)) {
       ok = FALSE;
       break;
     }
@@ -779,13 +836,17 @@ psm_model_evaluate (PsmModel *m, PsmSplit split, const PsmEvalOptions *opt, PsmE
     if (m->dk)
       decode_forced (m, g, b, &enc, &out);
     else
-      summary_step (g, &enc, &out);
+      summary_step (m, g, &enc, &out);
     PsmTensor *loss = m->hk->loss (m->head, g, m->params, &enc, &out, b);
     double w = 0.0;
     for (int i = 0; i < b->B * b->Ty; i++)
       w += b->tgt_mask[i];
     loss_sum += loss->data[0] * w;
     weight += w;
+    if (m->streams) {
+      res->n_examples += (long) w;   /* target words */
+      continue;
+    }
     if (!m->dk) {
       eval_one_step (m, g, b, &enc, &out, opt ? opt->out : NULL);
     } else if (score) {
@@ -800,6 +861,7 @@ psm_model_evaluate (PsmModel *m, PsmSplit split, const PsmEvalOptions *opt, PsmE
   }
   if (m->dk && score && opt && opt->progress)
     fprintf (stderr, "\n");
+  m->carry_mode = 0;
   res->decode_seconds = g_timer_elapsed (timer, NULL);
   g_timer_destroy (timer);
   psm_graph_reset (g);

@@ -32,7 +32,7 @@ metrics = ( "error_rate" );
 CFG
 
 expect 0 "--help" "--resume" -- "$run" --help
-expect 0 "--version" "plugin ABI 1.4" -- "$run" --version
+expect 0 "--version" "plugin ABI 1.5" -- "$run" --version
 expect 0 "--list shows plugins and their parameters" "temperature" -- "$run" --list
 grep -q "rarest_word" "$tmp/out" && grep -q "train.optimizer" "$tmp/out" && ok "--list shows tasks and core sections" || bad "--list shows tasks and core sections"
 missing=""
@@ -229,6 +229,34 @@ expect 2 "score: a metric of token ids" "metric 'error_rate' scores token ids" -
 expect 2 "score: a bad metric setting" "rouge.stemm: unknown key" -- \
   "$run" score --metric rouge --set rouge.stemm=false "$tmp/hyp.txt" "$tmp/ref.txt"
 expect 1 "score: a missing file" "nosuch.txt (references)" -- "$run" score --metric rouge "$tmp/hyp.txt" "$tmp/nosuch.txt"
+
+# a language model over streams: the state carried, every position predicted
+# lines counting up from a random word (mod 20): the next word is predictable
+awk 'BEGIN { srand (3); for (l = 0; l < 300; l++) { n = 3 + int (rand () * 8); k = int (rand () * 20); s = "";
+  for (i = 0; i < n; i++) s = s (i ? " " : "") "w" ((k + i) % 20); print s } }' > "$tmp/lm.train.txt"
+head -40 "$tmp/lm.train.txt" > "$tmp/lm.valid.txt"
+cat > "$tmp/lm.cfg" <<CFG
+task = { plugin = "lm"; train = "$tmp/lm.train.txt"; valid = "$tmp/lm.valid.txt"; test = "$tmp/lm.valid.txt"; bptt = 10; };
+model = { embedding = { dim = 16; }; encoder = { plugin = "lstm_lm"; hidden = 24; layers = 2; };
+          head = { plugin = "softmax"; }; };
+train = { batch = 8; steps = 120; eval_every = 60; log_every = 20; clip_norm = 0.25;
+          optimizer = { name = "sgd"; lr = 20.0; }; };
+eval = { batch = 5; };
+run = { dir = "$tmp/lmrun"; };
+metrics = ( "perplexity" );
+CFG
+expect 0 "lm: --check" "check: OK" -- "$run" --check "$tmp/lm.cfg"
+expect 0 "lm: trains and reports the test perplexity" "test (.*perplexity" -- "$run" "$tmp/lm.cfg"
+first=$(grep -m1 'valid step 60' "$tmp/out" | sed 's/.*perplexity \([0-9.]*\).*/\1/')
+last=$(grep 'valid step 120' "$tmp/out" | sed 's/.*perplexity \([0-9.]*\).*/\1/')
+if [ -n "$first" ] && [ -n "$last" ] && awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a && b < 15) }'; then
+  ok "lm: validation perplexity falls ($first -> $last; 21 words)"
+else bad "lm: validation perplexity falls ($first -> $last)"; fi
+test_ppl=$(grep '^test (' "$tmp/out" | sed 's/.*perplexity \([0-9.]*\).*/\1/')
+expect 0 "lm: eval in the run folder gives the same perplexity" "perplexity $test_ppl" -- \
+  "$run" --mode eval "$tmp/lm.cfg"
+sed 's/model = {/model = { decoder = { plugin = "lstm_attn"; };/' "$tmp/lm.cfg" > "$tmp/lm_dec.cfg"
+expect 2 "lm: a decoder is refused" "language model over streams" -- "$run" --check "$tmp/lm_dec.cfg"
 
 # OMP_THREAD_LIMIT below the threads asked for: OpenBLAS's OpenMP build hung here
 expect 0 "OMP_THREAD_LIMIT below OMP_NUM_THREADS does not hang" "check: OK" -- \

@@ -31,6 +31,10 @@ typedef struct {
   int ext_base;
   GPtrArray *oov_words;  /* char *, owned by the batch */
   int32_t *example_id;   /* [B] index of each example in its split, or -1 */
+  /* ABI 1.5, stream tasks (PsmTaskInfo.streams): [B] 1 where the segment
+   * continues the stream of the previous batch's row, 0 where the stream
+   * starts afresh (zero state); psm_batch_reserve sets 0. */
+  float *keep;
 } PsmBatch;
 
 void psm_batch_init (PsmBatch *b);

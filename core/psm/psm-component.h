@@ -14,6 +14,14 @@ typedef struct {
   int max_src_len;    /* longest source the task produces */
   int max_tgt_len;
   int bos_id, eos_id, unk_id;   /* -1 when the task has none */
+  /* ABI 1.5: the examples are B contiguous streams cut into segments
+   * (language modelling). Target t of a segment is the word after source
+   * position t (Ty == T, no decoder); the encoder's state (carry_dim) goes
+   * on from one segment to the next where PsmBatch.keep says so; the
+   * evaluation asks eval_batch (split, k, B, ...) for segments k = 0, 1, ...
+   * of B streams until one comes back with T == 0; n_examples counts the
+   * split's target words. */
+  gboolean streams;
 } PsmTaskInfo;
 
 /* Handed to create(); register parameters with psm_params_add using

@@ -16,6 +16,12 @@ typedef struct {
    * W_h h_i of additive attention), time-major [T, B, A] like the
    * annotations so the core can expand it to beams; NULL without. */
   PsmTensor *memo;
+  /* ABI 1.5, stream tasks with an encoder that has carry_dim: the state the
+   * previous segment ended in [B, K] (zeros where the stream starts), to
+   * start from; the encoder sets carry_out [B, K] to the state this segment
+   * ends in (the core keeps a copy, without gradient, for the next one). */
+  const float *carry_in;
+  PsmTensor *carry_out;
 } PsmEncoding;
 
 typedef struct {
@@ -28,6 +34,9 @@ typedef struct {
   /* emb [T, B, E]; mask [T, B]. Fills out->annotations and out->summary. */
   void (*encode) (void *self, PsmGraph *g, PsmParams *p, PsmTensor *emb,
                   const float *mask, PsmEncoding *out);
+  /* ABI 1.5, optional: K, the size of the state carried from one segment of
+   * a stream to the next (0 or NULL: none). */
+  int (*carry_dim) (void *self);
 } PsmEncoderClass;
 
 G_END_DECLS

@@ -22,9 +22,11 @@ G_BEGIN_DECLS
  * pointer ops of psm-ops.h. 1.3: psm_lstm_seq (the whole-sequence LSTM
  * that bilstm uses; a plugin calling it needs a core that has it). 1.4:
  * PsmTaskCtx.eval_only (a task may leave its training split unread),
- * psm_lstm_seq_cols. */
+ * psm_lstm_seq_cols. 1.5: stream tasks (language modelling):
+ * PsmTaskInfo.streams, PsmBatch.keep, PsmEncoderClass.carry_dim,
+ * PsmEncoding.carry_in/carry_out. */
 #define PSM_ABI_MAJOR 1
-#define PSM_ABI_MINOR 4
+#define PSM_ABI_MINOR 5
 #define PSM_PLUGIN_ENTRY_SYMBOL "psm_plugin_entry"
 
 typedef enum {

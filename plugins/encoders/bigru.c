@@ -61,7 +61,7 @@ bg_encode (void *self, PsmGraph *g, PsmParams *p, PsmTensor *emb, const float *m
 }
 
 static const PsmEncoderClass klass = {
-  sizeof (PsmEncoderClass), bg_create, bg_destroy, bg_out_dim, bg_summary_dim, bg_encode
+  sizeof (PsmEncoderClass), bg_create, bg_destroy, bg_out_dim, bg_summary_dim, bg_encode, NULL
 };
 
 PSM_PLUGIN (PSM_KIND_ENCODER, "bigru",

@@ -71,7 +71,7 @@ bl_encode (void *self, PsmGraph *g, PsmParams *p, PsmTensor *emb, const float *m
 }
 
 static const PsmEncoderClass klass = {
-  sizeof (PsmEncoderClass), bl_create, bl_destroy, bl_out_dim, bl_summary_dim, bl_encode
+  sizeof (PsmEncoderClass), bl_create, bl_destroy, bl_out_dim, bl_summary_dim, bl_encode, NULL
 };
 
 PSM_PLUGIN (PSM_KIND_ENCODER, "bilstm",

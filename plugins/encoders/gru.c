@@ -44,7 +44,7 @@ gru_encode (void *self, PsmGraph *g, PsmParams *p, PsmTensor *emb, const float *
 }
 
 static const PsmEncoderClass klass = {
-  sizeof (PsmEncoderClass), gru_create, gru_destroy, gru_dim, gru_dim, gru_encode
+  sizeof (PsmEncoderClass), gru_create, gru_destroy, gru_dim, gru_dim, gru_encode, NULL
 };
 
 PSM_PLUGIN (PSM_KIND_ENCODER, "gru", "GRU over the source; all states and the last state as summary",

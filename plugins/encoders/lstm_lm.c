@@ -1,0 +1,95 @@
+/* lstm_lm — the L-layer LSTM of a word-level language model (Zaremba et
+ * al. 2014's medium model, the RNN of Merity et al. 2016, §5.1):
+ *   x^0_t = the embedding of word t
+ *   (h^l_t, c^l_t) = LSTM_l(x^(l-1)_t W^l_x + b^l, h^l_(t-1), c^l_(t-1))
+ *   l = 1..L, x^l_t = h^l_t; the annotations are h^L_t [T, B, H]
+ * Each layer's input projection for all steps is one GEMM and its
+ * recurrence one psm_lstm_seq over the segment. The state (h^l, c^l of every
+ * layer) is carried from one segment of a stream to the next: it starts from
+ * PsmEncoding.carry_in and ends in carry_out [B, 2 L H] (h of layer 1..L,
+ * then c of layer 1..L); no gradient crosses the segment boundary
+ * (truncated backpropagation through time). Parameters uniform in
+ * [-init_scale, init_scale], as Zaremba et al. */
+#include <string.h>
+#include <psm/psm.h>
+
+#define MAX_LAYERS 8
+
+typedef struct {
+  int E, H, L;
+  int w_x[MAX_LAYERS], b_x[MAX_LAYERS], w_h[MAX_LAYERS];
+} LstmLm;
+
+static const PsmParamSpec params[] = {
+  { "hidden", PSM_PARAM_INT, "650", 1, 16384, "hidden units H of every layer", NULL },
+  { "layers", PSM_PARAM_INT, "2", 1, MAX_LAYERS, "stacked LSTM layers L", NULL },
+  { "init_scale", PSM_PARAM_FLOAT, "0.05", 0.0, 10.0, "parameters uniform in [-s, s] (Zaremba et al.: 0.05)",
+    NULL },
+  PSM_PARAM_END
+};
+
+static void *
+ll_create (const PsmSection *cfg, const PsmBuildCtx *ctx, GError **error)
+{
+  LstmLm *s = g_new0 (LstmLm, 1);
+  s->E = ctx->emb_dim;
+  s->H = (int) psm_section_int (cfg, "hidden");
+  s->L = (int) psm_section_int (cfg, "layers");
+  float sc = (float) psm_section_float (cfg, "init_scale");
+  for (int l = 0; l < s->L; l++) {
+    char name[32];
+    g_snprintf (name, sizeof name, "w_x%d", l + 1);
+    s->w_x[l] = psm_build_matrix (ctx, name, l ? s->H : s->E, 4 * s->H, PSM_INIT_UNIFORM, sc);
+    g_snprintf (name, sizeof name, "b_x%d", l + 1);
+    s->b_x[l] = psm_build_vector (ctx, name, 4 * s->H, PSM_INIT_UNIFORM, sc);
+    g_snprintf (name, sizeof name, "w_h%d", l + 1);
+    s->w_h[l] = psm_build_matrix (ctx, name, s->H, 4 * s->H, PSM_INIT_UNIFORM, sc);
+  }
+  return s;
+}
+
+static void ll_destroy (void *self) { g_free (self); }
+static int ll_dim (void *self) { return ((LstmLm *) self)->H; }
+static int ll_carry_dim (void *self) { return 2 * ((LstmLm *) self)->L * ((LstmLm *) self)->H; }
+
+static void
+ll_encode (void *self, PsmGraph *g, PsmParams *p, PsmTensor *emb, const float *mask, PsmEncoding *out)
+{
+  LstmLm *s = self;
+  int T = emb->shape[0], B = emb->shape[1], H = s->H, L = s->L;
+  int sh[2] = { B, H }, seq_shape[3] = { T, B, H };
+  /* the start state: layer l's h and c, columns [l H, (l + 1) H) and
+   * [(L + l) H, ...) of carry_in (zeros without one) */
+  PsmTensor *carry = NULL;
+  if (out->carry_in) {
+    int cs[2] = { B, 2 * L * H };
+    carry = psm_tensor_wrap (g, (float *) out->carry_in, NULL, 2, cs);
+  }
+  PsmTensor *x = emb, *ends_h[MAX_LAYERS] = { NULL }, *ends_c[MAX_LAYERS] = { NULL };
+  for (int l = 0; l < L; l++) {
+    PsmTensor *h0 = carry ? psm_slice (g, carry, l * H, H) : psm_tensor_zeros (g, 2, sh, FALSE);
+    PsmTensor *c0 = carry ? psm_slice (g, carry, (L + l) * H, H) : psm_tensor_zeros (g, 2, sh, FALSE);
+    PsmTensor *xp = psm_linear (g, x, psm_param (g, p, s->w_x[l]), psm_param (g, p, s->b_x[l]));
+    PsmTensor *seq = psm_lstm_seq (g, xp, h0, c0, psm_param (g, p, s->w_h[l]), mask, FALSE);
+    x = psm_tensor_view (g, seq, 0, 3, seq_shape);
+    ends_h[l] = psm_tensor_step (g, seq, T - 1);   /* padding carries the state to the end */
+    ends_c[l] = psm_tensor_step (g, seq, T);
+  }
+  out->annotations = x;
+  out->summary = ends_h[L - 1];
+  /* the end state, as carry_in is laid out */
+  PsmTensor *end = ends_h[0];
+  for (int l = 1; l < L; l++)
+    end = psm_concat (g, end, ends_h[l]);
+  for (int l = 0; l < L; l++)
+    end = psm_concat (g, end, ends_c[l]);
+  out->carry_out = end;
+}
+
+static const PsmEncoderClass klass = {
+  sizeof (PsmEncoderClass), ll_create, ll_destroy, ll_dim, ll_dim, ll_encode, ll_carry_dim
+};
+
+PSM_PLUGIN (PSM_KIND_ENCODER, "lstm_lm",
+            "L-layer LSTM language model over stream segments, its state carried between segments (Zaremba et "
+            "al.; Merity et al. §5.1)", params, NULL, &klass)

@@ -1,0 +1,423 @@
+/* lm — word-level language modelling on Penn Treebank and WikiText (Merity
+ * et al. 2016, §5): the corpus as one stream of words, B contiguous streams
+ * of it cut into segments of `bptt` words; the target of each position is
+ * the next word.
+ *
+ * Files: every line is a sequence of space-separated words followed by
+ * <eos> — PTB's one sentence a line (ptb.*.txt), and WikiText's paragraphs,
+ * headings (" = Title = ") and blank lines (wiki.*.tokens) as the corpus has
+ * them, a blank line giving a lone <eos>; that is the counting of the
+ * published token totals (PTB 929,589 training words, WikiText-2
+ * 2,088,628). The vocabulary is every word of the training split, most
+ * frequent first (ties by the word): PTB's 10,000, WikiText-2's 33,278.
+ * It is saved in the run folder and read back from there. A word of the
+ * validation or test split outside it is mapped to <unk> when the
+ * vocabulary has one, else it is an error naming file and line.
+ *
+ * Training: the training stream cut into B streams of floor(N / B) words
+ * (the rest dropped, as is usual), walked segment after segment; at the end
+ * of an epoch it starts again from the first segment with a fresh state
+ * (PsmBatch.keep = 0). Evaluation: the N - 1 targets of a split are cut
+ * into B contiguous runs (sizes differing by at most one), every target
+ * scored exactly once whatever B is; only the state the streams start from
+ * depends on B. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <stdlib.h>
+#include <psm/psm.h>
+#include <psm/psm-pipeline.h>
+
+typedef struct {
+  int32_t *ids;      /* the whole split as one stream */
+  long n;
+  /* streams of the last batching (B): stream i reads ids[start[i] ..
+   * start[i] + len[i]] (len[i] targets) */
+  int B;
+  long *start, *len, max_len;
+} Stream;
+
+typedef struct {
+  int bptt;
+  GPtrArray *words;           /* id -> word */
+  GHashTable *index;          /* word -> id + 1 */
+  GArray *counts;             /* gint64, training counts */
+  int unk, eos;               /* ids, or -1 */
+  Stream split[3];
+  long train_seg;             /* next training segment */
+} Lm;
+
+static const PsmParamSpec params[] = {
+  { "train", PSM_PARAM_FILE, "../shared/data/ptb/ptb.train.txt", PSM_NO_RANGE, "training split", NULL },
+  { "valid", PSM_PARAM_FILE, "../shared/data/ptb/ptb.valid.txt", PSM_NO_RANGE, "validation split", NULL },
+  { "test", PSM_PARAM_FILE, "../shared/data/ptb/ptb.test.txt", PSM_NO_RANGE, "test split", NULL },
+  { "bptt", PSM_PARAM_INT, "35", 1, 100000, "words a segment (truncated backpropagation through time)", NULL },
+  { "max_train", PSM_PARAM_INT, "0", 0, 2000000000, "use the first N training words (0 = all)", NULL },
+  PSM_PARAM_END
+};
+
+static int32_t
+intern (Lm *t, const char *w)
+{
+  gpointer v = g_hash_table_lookup (t->index, w);
+  if (v)
+    return GPOINTER_TO_INT (v) - 1;
+  char *own = g_strdup (w);
+  g_ptr_array_add (t->words, own);
+  int32_t id = (int32_t) t->words->len - 1;
+  g_hash_table_insert (t->index, own, GINT_TO_POINTER (id + 1));
+  return id;
+}
+
+/* Calls fn (word, line, ud) for every word of the file, <eos> after each
+ * line. */
+static gboolean
+each_word (const char *path, gboolean (*fn) (const char *, long, void *, GError **), void *ud, GError **error)
+{
+  FILE *f = fopen (path, "r");
+  if (!f) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: cannot read: %s", path, g_strerror (errno));
+    return FALSE;
+  }
+  char *line = NULL;
+  size_t cap = 0;
+  long lineno = 0;
+  gboolean ok = TRUE;
+  while (ok && getline (&line, &cap, f) >= 0) {
+    lineno++;
+    for (char *save = NULL, *w = strtok_r (line, " \t\r\n", &save); ok && w; w = strtok_r (NULL, " \t\r\n", &save))
+      ok = fn (w, lineno, ud, error);
+    if (ok)
+      ok = fn ("<eos>", lineno, ud, error);
+  }
+  if (ok && ferror (f)) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: read error: %s", path, g_strerror (errno));
+    ok = FALSE;
+  }
+  free (line);
+  fclose (f);
+  return ok;
+}
+
+typedef struct {
+  Lm *t;
+  GArray *ids;
+  GHashTable *count;   /* word -> gint64 * (building the vocabulary) */
+  const char *path;
+  long max;
+  long n_words;
+} Reader;
+
+static gboolean
+count_word (const char *w, long line, void *ud, GError **error)
+{
+  Reader *r = ud;
+  gint64 *c = g_hash_table_lookup (r->count, w);
+  if (!c) {
+    c = g_new0 (gint64, 1);
+    g_hash_table_insert (r->count, g_strdup (w), c);
+  }
+  (*c)++;
+  r->n_words++;
+  return TRUE;
+}
+
+static gboolean
+map_word (const char *w, long line, void *ud, GError **error)
+{
+  Reader *r = ud;
+  if (r->max && (long) r->ids->len >= r->max)
+    return TRUE;
+  gpointer v = g_hash_table_lookup (r->t->index, w);
+  int32_t id = v ? GPOINTER_TO_INT (v) - 1 : r->t->unk;
+  if (id < 0) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
+                 "%s:%ld: the word '%s' is not in the training vocabulary, which has no <unk> to map it to", r->path,
+                 line, w);
+    return FALSE;
+  }
+  g_array_append_val (r->ids, id);
+  return TRUE;
+}
+
+typedef struct {
+  const char *w;
+  gint64 n;
+} WordCount;
+
+static int
+by_count (const void *a, const void *b)
+{
+  const WordCount *x = a, *y = b;
+  return x->n != y->n ? (x->n < y->n ? 1 : -1) : strcmp (x->w, y->w);
+}
+
+static gboolean
+build_vocab (Lm *t, const char *path, GError **error)
+{
+  Reader r = { t, NULL, g_hash_table_new_full (g_str_hash, g_str_equal, g_free, g_free), path, 0, 0 };
+  gboolean ok = each_word (path, count_word, &r, error);
+  if (ok && r.n_words == 0) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: no words", path);
+    ok = FALSE;
+  }
+  if (ok) {
+    guint n = g_hash_table_size (r.count);
+    WordCount *wc = g_new (WordCount, n);
+    GHashTableIter it;
+    gpointer k, v;
+    guint i = 0;
+    g_hash_table_iter_init (&it, r.count);
+    while (g_hash_table_iter_next (&it, &k, &v))
+      wc[i++] = (WordCount) { k, *(gint64 *) v };
+    qsort (wc, n, sizeof *wc, by_count);
+    for (i = 0; i < n; i++) {
+      intern (t, wc[i].w);
+      g_array_append_val (t->counts, wc[i].n);
+    }
+    g_free (wc);
+  }
+  g_hash_table_destroy (r.count);
+  return ok;
+}
+
+static gboolean
+load_vocab (Lm *t, const char *path, GError **error)
+{
+  char *text = NULL;
+  if (!g_file_get_contents (path, &text, NULL, error))
+    return FALSE;
+  char **lines = g_strsplit (text, "\n", -1);
+  g_free (text);
+  gboolean ok = TRUE;
+  int n = 0;
+  for (char **l = lines; *l && ok; l++) {
+    if (!**l)
+      continue;
+    n++;
+    char *tab = strchr (*l, '\t');
+    if (tab)
+      *tab = '\0';
+    if (!**l || strchr (*l, ' ') || g_hash_table_contains (t->index, *l)) {
+      g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
+                   "%s:%d: bad vocabulary entry '%s' (expected one word a line, each once)", path, n, *l);
+      ok = FALSE;
+      break;
+    }
+    intern (t, *l);
+    gint64 c = tab ? g_ascii_strtoll (tab + 1, NULL, 10) : 0;
+    g_array_append_val (t->counts, c);
+  }
+  g_strfreev (lines);
+  if (ok && n == 0) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: an empty vocabulary", path);
+    ok = FALSE;
+  }
+  return ok;
+}
+
+static gboolean
+read_split (Lm *t, const char *path, long max, Stream *s, GError **error)
+{
+  Reader r = { t, g_array_new (FALSE, FALSE, sizeof (int32_t)), NULL, path, max, 0 };
+  gboolean ok = each_word (path, map_word, &r, error);
+  if (ok && r.ids->len < 2) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: fewer than 2 words, nothing to predict", path);
+    ok = FALSE;
+  }
+  s->n = r.ids->len;
+  s->ids = (int32_t *) (void *) g_array_free (r.ids, !ok);
+  return ok;
+}
+
+static void lm_destroy (void *self);
+
+static void *
+lm_create (const PsmSection *cfg, const PsmTaskCtx *ctx, GError **error)
+{
+  Lm *t = g_new0 (Lm, 1);
+  t->bptt = (int) psm_section_int (cfg, "bptt");
+  t->words = g_ptr_array_new_with_free_func (g_free);
+  t->index = g_hash_table_new (g_str_hash, g_str_equal);
+  t->counts = g_array_new (FALSE, FALSE, sizeof (gint64));
+  long max_train = (long) psm_section_int (cfg, "max_train");
+  if (ctx->check) {
+    /* psm-run --check: short streams exercise every path */
+    t->bptt = MIN (t->bptt, 12);
+    max_train = max_train ? MIN (max_train, 3000) : 3000;
+  }
+  gboolean eval_only = ctx->size >= G_STRUCT_OFFSET (PsmTaskCtx, eval_only) + sizeof (gboolean) && ctx->eval_only;
+  const char *names[3] = { "train", "valid", "test" };
+  char *vpath = ctx->run_dir ? g_build_filename (ctx->run_dir, "vocab.txt", NULL) : NULL;
+  gboolean ok;
+  if (vpath && g_file_test (vpath, G_FILE_TEST_EXISTS))
+    ok = load_vocab (t, vpath, error);
+  else
+    ok = build_vocab (t, psm_section_string (cfg, "train"), error);
+  g_free (vpath);
+  if (ok) {
+    gpointer v = g_hash_table_lookup (t->index, "<unk>");
+    t->unk = v ? GPOINTER_TO_INT (v) - 1 : -1;
+    v = g_hash_table_lookup (t->index, "<eos>");
+    t->eos = v ? GPOINTER_TO_INT (v) - 1 : -1;
+  }
+  for (int k = eval_only ? 1 : 0; k < 3 && ok; k++) {
+    ok = read_split (t, psm_section_string (cfg, names[k]), k == 0 ? max_train : ctx->check ? 600 : 0,
+                     &t->split[k], error);
+    if (!ok && error && *error)
+      g_prefix_error (error, "task.%s: ", names[k]);
+  }
+  if (!ok) {
+    lm_destroy (t);
+    return NULL;
+  }
+  return t;
+}
+
+static void
+lm_destroy (void *self)
+{
+  Lm *t = self;
+  for (int k = 0; k < 3; k++) {
+    g_free (t->split[k].ids);
+    g_free (t->split[k].start);
+    g_free (t->split[k].len);
+  }
+  g_hash_table_destroy (t->index);
+  g_ptr_array_unref (t->words);
+  g_array_free (t->counts, TRUE);
+  g_free (t);
+}
+
+static void
+lm_info (void *self, PsmTaskInfo *info)
+{
+  Lm *t = self;
+  int V = (int) t->words->len;
+  info->src_vocab = info->tgt_vocab = info->ext_base = V;
+  info->max_src_len = info->max_tgt_len = t->bptt;
+  info->bos_id = info->eos_id = -1;   /* no decoder: nothing starts or ends a sequence */
+  info->unk_id = t->unk;
+  if (info->size >= G_STRUCT_OFFSET (PsmTaskInfo, streams) + sizeof (gboolean))
+    info->streams = TRUE;
+}
+
+/* B streams over s: training, floor(n / B) words each (the targets are the
+ * words after the first); evaluation, the n - 1 targets in B runs. */
+static void
+batchify (Stream *s, int B, gboolean train)
+{
+  if (s->B == B)
+    return;
+  s->B = B;
+  s->start = g_renew (long, s->start, B);
+  s->len = g_renew (long, s->len, B);
+  long targets = s->n - 1, per = train ? s->n / B - 1 : targets / B, extra = train ? 0 : targets % B, pos = 0;
+  s->max_len = 0;
+  for (int i = 0; i < B; i++) {
+    s->start[i] = train ? (long) i * (s->n / B) : pos;
+    s->len[i] = MAX (per + (i < extra ? 1 : 0), 0);
+    pos += s->len[i];
+    s->max_len = MAX (s->max_len, s->len[i]);
+  }
+}
+
+/* Segment k of the streams into out (T = 0 past the end). */
+static void
+fill_segment (Lm *t, const Stream *s, long k, PsmBatch *out)
+{
+  long off = k * t->bptt;
+  int T = (int) CLAMP (s->max_len - off, 0, t->bptt);
+  psm_batch_reserve (out, s->B, T, T);
+  for (int b = 0; b < s->B; b++) {
+    out->keep[b] = k > 0 ? 1.0f : 0.0f;
+    out->example_id[b] = b;
+    for (int i = 0; i < T; i++) {
+      size_t at = (size_t) i * s->B + b;
+      if (off + i >= s->len[b])
+        continue;   /* this stream has ended: padding */
+      const int32_t *p = s->ids + s->start[b] + off + i;
+      out->src[at] = out->src_ext[at] = p[0];
+      out->src_mask[at] = 1.0f;
+      out->tgt[at] = out->tgt_ext[at] = out->dec_in[at] = p[1];
+      out->tgt_mask[at] = 1.0f;
+      out->tgt_switch[at] = 1.0f;
+    }
+  }
+}
+
+static gboolean
+lm_train_batch (void *self, int B, PsmRng *rng, PsmBatch *out, GError **error)
+{
+  Lm *t = self;
+  Stream *s = &t->split[PSM_SPLIT_TRAIN];
+  if (!s->ids) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "lm: no training words loaded (an eval-only run)");
+    return FALSE;
+  }
+  if (s->n / B < 2) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
+                 "lm: %ld training words cannot make %d streams of two words or more", s->n, B);
+    return FALSE;
+  }
+  if (s->B != B)
+    t->train_seg = 0;
+  batchify (s, B, TRUE);
+  if (t->train_seg * t->bptt >= s->max_len)
+    t->train_seg = 0;   /* a new epoch, from fresh states */
+  fill_segment (t, s, t->train_seg++, out);
+  return TRUE;
+}
+
+static int
+lm_n_examples (void *self, PsmSplit split)
+{
+  const Stream *s = &((Lm *) self)->split[split];
+  return s->ids ? (int) MIN (s->n - 1, G_MAXINT) : 0;
+}
+
+static gboolean
+lm_eval_batch (void *self, PsmSplit split, int start, int B, PsmBatch *out, GError **error)
+{
+  Lm *t = self;
+  Stream *s = &t->split[split];
+  if (!s->ids) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "lm: the %s split is not loaded",
+                 split == PSM_SPLIT_TRAIN ? "training" : "evaluation");
+    return FALSE;
+  }
+  batchify (s, B, split == PSM_SPLIT_TRAIN);
+  fill_segment (t, s, start, out);
+  return TRUE;
+}
+
+static const char *
+lm_token_text (void *self, const PsmBatch *b, int ex, int32_t id)
+{
+  Lm *t = self;
+  return id >= 0 && id < (int32_t) t->words->len ? t->words->pdata[id] : "<?>";
+}
+
+static gboolean
+lm_save (void *self, const char *dir, GError **error)
+{
+  Lm *t = self;
+  GString *s = g_string_new (NULL);
+  for (guint i = 0; i < t->words->len; i++)
+    g_string_append_printf (s, "%s\t%" G_GINT64_FORMAT "\n", (const char *) t->words->pdata[i],
+                            g_array_index (t->counts, gint64, i));
+  char *path = g_build_filename (dir, "vocab.txt", NULL);
+  gboolean ok = g_file_set_contents (path, s->str, (gssize) s->len, error);
+  g_free (path);
+  g_string_free (s, TRUE);
+  return ok;
+}
+
+static const PsmTaskClass klass = {
+  sizeof (PsmTaskClass), lm_create, lm_destroy, lm_info, lm_train_batch, lm_n_examples, lm_eval_batch,
+  lm_token_text, lm_save, NULL, NULL
+};
+
+PSM_PLUGIN (PSM_KIND_TASK, "lm",
+            "word-level language modelling (PTB, WikiText): B streams cut into bptt-word segments, the state carried",
+            params, NULL, &klass)

@@ -1,0 +1,130 @@
+/* test-encoder-lstm_lm — the L-layer LSTM language model encoder:
+ * finite-difference check of every parameter and the embedded input, from a
+ * carried non-zero start state; two segments run one after the other, the state
+ * carried through carry_in/carry_out, give the annotations of the whole
+ * sequence run at once; padding at a stream's end keeps its end state. */
+#include "config.h"
+#include <math.h>
+#include <string.h>
+#include "psm-test.h"
+
+enum { T = 4, B = 3, E = 5, H = 3, L = 2, K = 2 * L * H };
+
+typedef struct {
+  const PsmEncoderClass *ek;
+  void *enc;
+  PsmParams *params;
+  float emb[2 * T * B * E], gemb[2 * T * B * E];
+  float carry[B * K];
+  float mask[2 * T * B];
+} Fix;
+
+static PsmTaskInfo info = { sizeof (PsmTaskInfo), 10, 10, 10, T, T, -1, -1, 0, TRUE };
+
+static void
+encode (Fix *f, PsmGraph *g, float *emb, float *gemb, int Tn, const float *mask, const float *carry,
+        PsmEncoding *out)
+{
+  int s[3] = { Tn, B, E };
+  memset (out, 0, sizeof *out);
+  out->T = Tn;
+  out->B = B;
+  out->carry_in = carry;
+  f->ek->encode (f->enc, g, f->params, psm_tensor_wrap (g, emb, gemb, 3, s), mask, out);
+}
+
+static PsmTensor *
+f_loss (PsmGraph *g, void *ud)
+{
+  Fix *f = ud;
+  PsmEncoding out;
+  /* from a non-zero start state (no gradient flows into it: truncated
+   * backpropagation through time) */
+  encode (f, g, f->emb, f->gemb, T, f->mask, f->carry, &out);
+  return psm_add (g, psm_test_project (g, out.annotations), psm_scale (g, psm_test_project (g, out.carry_out), 0.5f));
+}
+
+static void
+setup (Fix *f)
+{
+  const PsmPluginDesc *d = psm_test_plugin (PSM_KIND_ENCODER, "lstm_lm");
+  f->ek = d->klass;
+  char *errs = NULL;
+  const PsmSection *sec = psm_test_section ("plugin = \"lstm_lm\"; hidden = 3; layers = 2;", "model.encoder",
+                                            d->params, &errs);
+  ck_assert_msg (sec, "%s", errs);
+  f->params = psm_params_new ();
+  PsmBuildCtx ctx = { sizeof ctx, f->params, "encoder.", &info, E, 0, 0, 0, 0, FALSE };
+  f->enc = f->ek->create (sec, &ctx, NULL);
+  ck_assert (f->enc && f->ek->output_dim (f->enc) == H);
+  ck_assert (f->ek->carry_dim && f->ek->carry_dim (f->enc) == K);
+  PsmRng rng;
+  psm_rng_seed (&rng, 7);
+  ck_assert (psm_params_finalize (f->params, &rng, NULL));
+  psm_test_fill (psm_params_data (f->params), psm_params_size (f->params), 0.6f, &rng);
+  psm_test_fill (f->emb, 2 * T * B * E, 1.0f, &rng);
+  psm_test_fill (f->carry, B * K, 0.8f, &rng);
+  for (int i = 0; i < 2 * T * B; i++)
+    f->mask[i] = 1.0f;
+}
+
+START_TEST (test_lstm_lm_gradients)
+{
+  Fix f;
+  setup (&f);
+  psm_test_gradcheck ("lstm_lm params", f_loss, &f, psm_params_data (f.params), psm_params_grad (f.params),
+                      psm_params_size (f.params), 1e-3f, 2e-3, 2e-2, 500);
+  psm_test_gradcheck ("lstm_lm input", f_loss, &f, f.emb, f.gemb, T * B * E, 5e-3f, 2e-3, 2e-2, 400);
+  f.ek->destroy (f.enc);
+  psm_params_free (f.params);
+}
+END_TEST
+
+START_TEST (test_lstm_lm_segments)
+{
+  Fix f;
+  setup (&f);
+  PsmGraph *g = psm_graph_new ();
+  psm_graph_set_grad (g, FALSE);
+  float zero[B * K] = { 0 };
+  PsmEncoding whole, one, two;
+  encode (&f, g, f.emb, NULL, 2 * T, f.mask, zero, &whole);
+  encode (&f, g, f.emb, NULL, T, f.mask, zero, &one);
+  float mid[B * K];
+  memcpy (mid, one.carry_out->data, sizeof mid);
+  encode (&f, g, f.emb + T * B * E, NULL, T, f.mask, mid, &two);
+  for (int i = 0; i < T * B * H; i++) {
+    ck_assert_msg (fabsf (whole.annotations->data[i] - one.annotations->data[i]) < 1e-6, "segment 1 [%d]", i);
+    ck_assert_msg (fabsf (whole.annotations->data[T * B * H + i] - two.annotations->data[i]) < 1e-6,
+                   "segment 2 [%d]: %g vs %g", i, whole.annotations->data[T * B * H + i], two.annotations->data[i]);
+  }
+  for (int i = 0; i < B * K; i++)
+    ck_assert (fabsf (whole.carry_out->data[i] - two.carry_out->data[i]) < 1e-6);
+  /* row 1 ends after 2 positions of the second segment: its end state is
+   * the state there */
+  float mask2[T * B];
+  for (int t = 0; t < T; t++)
+    for (int b = 0; b < B; b++)
+      mask2[t * B + b] = b == 1 && t >= 2 ? 0.0f : 1.0f;
+  PsmEncoding cut, cut_short;
+  encode (&f, g, f.emb + T * B * E, NULL, T, mask2, mid, &cut);
+  encode (&f, g, f.emb + T * B * E, NULL, 2, f.mask, mid, &cut_short);
+  for (int k = 0; k < K; k++)
+    ck_assert (fabsf (cut.carry_out->data[1 * K + k] - cut_short.carry_out->data[1 * K + k]) < 1e-6);
+  psm_graph_free (g);
+  f.ek->destroy (f.enc);
+  psm_params_free (f.params);
+}
+END_TEST
+
+int
+main (void)
+{
+  Suite *s = suite_create ("encoder-lstm_lm");
+  TCase *tc = tcase_create ("core");
+  tcase_set_timeout (tc, 120);
+  tcase_add_test (tc, test_lstm_lm_gradients);
+  tcase_add_test (tc, test_lstm_lm_segments);
+  suite_add_tcase (s, tc);
+  return psm_test_run (s);
+}
