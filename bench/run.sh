@@ -1,8 +1,8 @@
 #!/bin/sh
 # Runs psm's benchmarks and the PyTorch reference side by side, same
 # machine, same thread count (THREADS, default 2). From the build tree:
-#   make bench && sh bench/run.sh [all | gru | see]
-# (gru: sections a and b, see: section c)
+#   make bench && sh bench/run.sh [all | gru | see | lm]
+# (gru: sections a and b, see: section c, lm: section d)
 set -eu
 WHAT=${1:-all}
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,7 +25,7 @@ export MALLOC_CONF=${MALLOC_CONF:-dirty_decay_ms:-1,muzzy_decay_ms:-1}
 echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "# threads: $THREADS; BLAS: $(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3)"
 echo "# jemalloc for PyTorch: ${JEMALLOC:-not found} (MALLOC_CONF=$MALLOC_CONF); OpenBLAS kernels: $(PSM_PLUGIN_PATH= "$top/psm" --version | sed 's/.*kernels: \([^)]*\).*/\1/')"
-if [ "$WHAT" != see ]; then
+if [ "$WHAT" = all ] || [ "$WHAT" = gru ]; then
 echo
 echo "## (a) matmul forward+backward: psm op vs bare cblas_sgemm"
 "$top/bench/bench-matmul" 1.0
@@ -41,7 +41,29 @@ for shape in "16 256" "32 256" "64 256" "250 1000"; do
 done
 echo "# $t" | sed 's/ B=.*(/ (/'
 fi
-[ "$WHAT" != gru ] || exit 0
+cd "$top"
+export PSM_PLUGIN_PATH="$top/plugins/.libs"
+if [ "$WHAT" = all ] || [ "$WHAT" = lm ]; then
+echo
+echo "## (d) LSTM language model, Merity et al.'s medium setting (2 x 650, PTB, batch 32 x BPTT 100), psm vs PyTorch"
+data="${PSM_DATA:-$top/../shared/data}/ptb"
+lsec=${LM_SECONDS:-$((SECONDS_PER * 4))}
+t=$(LD_PRELOAD="$JEMALLOC" /usr/bin/python3 "$top/bench/lm_torch.py" train "$lsec" "$data/ptb.train.txt")
+p=$("$top/bench/bench-lm" train "$lsec" model.encoder.zoneout=0)
+pz=$("$top/bench/bench-lm" train "$lsec")
+ps=$(BENCH_LM_CFG=pipelines/ptb_sentinel.cfg "$top/bench/bench-lm" train "$lsec" model.encoder.zoneout=0)
+echo "$t"; echo "$p"; echo "(with zoneout 0.5) $pz"; echo "(pointer sentinel, L = 100) $ps"
+tw=$(echo "$t" | sed -n 's/.*ms\/step, \([0-9.]*\) words.*/\1/p')
+pw=$(echo "$p" | sed -n 's/.*ms\/step, \([0-9.]*\) words.*/\1/p')
+sw=$(echo "$ps" | sed -n 's/.*ms\/step, \([0-9.]*\) words.*/\1/p')
+printf 'training: psm / PyTorch words/s = %.2f; sentinel head costs %.1f %% over the softmax\n' \
+  "$(echo "$pw / $tw" | bc -l)" "$(echo "100 * ($pw / $sw - 1)" | bc -l)"
+"$top/bench/bench-lm" eval eval.batch=32
+"$top/bench/bench-lm" eval eval.batch=64
+BENCH_LM_CFG=pipelines/ptb_sentinel.cfg "$top/bench/bench-lm" eval eval.batch=64
+LD_PRELOAD="$JEMALLOC" /usr/bin/python3 "$top/bench/lm_torch.py" eval "$data/ptb.test.txt" "$data/ptb.train.txt"
+fi
+[ "$WHAT" = all ] || [ "$WHAT" = see ] || exit 0
 echo
 echo "## (c) See et al.'s pointer-generator with coverage (vocab 20k, emb 128, hidden 256, B 16, 400/100), psm vs PyTorch"
 arts=$(mktemp)
@@ -51,8 +73,6 @@ trap 'rm -rf "$arts" "$rundir"' EXIT
 /usr/bin/python3 -c 'import json, sys
 for l in open(sys.argv[1], encoding="utf-8"):
     print(json.loads(l)["article"].replace("\n", " "))' "${PSM_DATA:-$top/../shared/data}/cnndm/valid.jsonl" > "$arts"
-cd "$top"
-export PSM_PLUGIN_PATH="$top/plugins/.libs"
 N_DECODE=${N_DECODE:-48}
 p=$(BENCH_PROFILE=1 "$top/bench/bench-see" train "$SECONDS_PER")
 t=$(LD_PRELOAD="$JEMALLOC" /usr/bin/python3 "$top/bench/see_torch.py" train "$SECONDS_PER")

@@ -42,8 +42,10 @@ static void put_u64 (Writer *w, guint64 v) { put (w, &v, 8); }
 #define N_SETTINGS 8
 #define FLAG_STATE 1u
 /* Fixed part of the header (version 2), without the optimiser's name and
- * settings. */
+ * settings; version 3 adds the plateau state (8 + 8 + 8) after the best
+ * metric. */
 #define HEADER_FIXED (8 + 4 + 4 + 8 + 16 + 8 + 4 + 4 + 4 + 8 + 4)
+#define PLATEAU_LEN 24
 static const char *const setting_names[N_SETTINGS] = {
   "lr", "beta1", "beta2", "eps", "init_accum", "rho", "halve_start", "halve_every"
 };
@@ -91,6 +93,9 @@ psm_checkpoint_save (const char *path, PsmParams *p, PsmOptim *optim, gboolean w
   put_u64 (&w, (guint64) meta->step);
   put (&w, meta->rng.s, sizeof meta->rng.s);
   put (&w, &meta->best_metric, sizeof (double));
+  put (&w, &meta->lr_scale, sizeof (double));
+  put (&w, &meta->last_metric, sizeof (double));
+  put_u64 (&w, (guint64) meta->bad_evals);
   put_u32 (&w, (guint32) strlen (opt_name));
   put (&w, opt_name, strlen (opt_name));
   put_u32 (&w, (guint32) (optim ? psm_optim_n_state (optim) : 0));
@@ -144,7 +149,7 @@ psm_checkpoint_save (const char *path, PsmParams *p, PsmOptim *optim, gboolean w
 static guint64
 max_size (PsmParams *p)
 {
-  guint64 n = HEADER_FIXED + 64 + 8 * N_SETTINGS + DIGEST_LEN;
+  guint64 n = HEADER_FIXED + PLATEAU_LEN + 64 + 8 * N_SETTINGS + DIGEST_LEN;
   for (int i = 0; i < psm_params_count (p); i++)
     n += 4 + strlen (psm_params_name (p, i)) + 4 + 4 * PSM_MAX_DIMS + 8;
   return n + (1 + 2) * (guint64) psm_params_size (p) * sizeof (float);
@@ -261,8 +266,8 @@ psm_checkpoint_load (const char *path, PsmParams *p, PsmOptim *optim,
              HEADER_FIXED + DIGEST_LEN);
   guint32 version;
   memcpy (&version, buf + 8, 4);
-  if (version != PSM_CHECKPOINT_VERSION)
-    CORRUPT ("%s: checkpoint format version %u, this psm reads version %d%s", path, version,
+  if (version != PSM_CHECKPOINT_VERSION && version != 2)
+    CORRUPT ("%s: checkpoint format version %u, this psm reads versions 2 and %d%s", path, version,
              PSM_CHECKPOINT_VERSION, version == 1 ? " (version 1, from psm 0.1.0, did not record the "
                                                     "optimiser's settings)" : "");
   guint8 digest[DIGEST_LEN];
@@ -285,6 +290,17 @@ psm_checkpoint_load (const char *path, PsmParams *p, PsmOptim *optim,
   const void *bm = take (&r, sizeof (double));
   if (bm)
     memcpy (&m.best_metric, bm, sizeof (double));
+  m.lr_scale = 1.0;
+  m.last_metric = NAN;
+  guint64 bad = 0;
+  if (version >= 3) {
+    const void *ls = take (&r, sizeof (double)), *lm = take (&r, sizeof (double));
+    if (ls)
+      memcpy (&m.lr_scale, ls, sizeof (double));
+    if (lm)
+      memcpy (&m.last_metric, lm, sizeof (double));
+    bad = get_u64 (&r);
+  }
   guint32 nl = get_u32 (&r);
   const char *on = nl <= 64 ? take (&r, nl) : NULL;
   opt_name = on ? g_strndup (on, nl) : g_strdup ("");
@@ -308,6 +324,10 @@ psm_checkpoint_load (const char *path, PsmParams *p, PsmOptim *optim,
     CORRUPT ("%s: corrupt header: the RNG state is all zero (a state xoshiro never leaves)", path);
   if (isinf (m.best_metric))
     CORRUPT ("%s: corrupt header: best validation metric is infinite", path);
+  if (!(m.lr_scale > 0.0 && m.lr_scale <= 1.0) || isinf (m.last_metric) || bad > (guint64) PSM_MAX_STEPS)
+    CORRUPT ("%s: corrupt header: learning-rate schedule state (scale %g, last %g, %" G_GUINT64_FORMAT
+             " evaluations without a best) is out of range", path, m.lr_scale, m.last_metric, bad);
+  m.bad_evals = (long) bad;
   int kind = -1;
   for (int k = PSM_OPT_SGD; k <= PSM_OPT_ADADELTA; k++)
     if (strcmp (opt_name, psm_optim_kind_name ((PsmOptKind) k)) == 0)

@@ -119,6 +119,7 @@ struct PsmGraph {
   int rep_group[4], n_rep;
   PsmPhase phase;
   gint64 mark;           /* µs: the last op or phase mark, when profiling */
+  PsmRng *rng;           /* training: the stream dropout draws from; NULL otherwise */
 };
 
 const char *const psm_phase_names[PSM_PHASE_COUNT] = { "other", "encoder", "decoder", "head" };
@@ -345,6 +346,8 @@ psm_graph_add_deferred_values (PsmGraph *g, const float *grad)
 }
 
 void psm_graph_set_grad (PsmGraph *g, gboolean enabled) { g->grad = enabled; }
+void psm_graph_set_rng (PsmGraph *g, PsmRng *rng) { g->rng = rng; }
+PsmRng *psm_graph_rng (PsmGraph *g) { return g->rng; }
 gboolean psm_graph_grad_enabled (const PsmGraph *g) { return g->grad; }
 PsmArena *psm_graph_arena (PsmGraph *g) { return g->arena; }
 size_t psm_graph_n_nodes (const PsmGraph *g) { return g->n_nodes; }

@@ -40,6 +40,15 @@ struct PsmModel {
   float *carry[2];
   int carry_rows[2];
   int carry_mode;               /* 0 training, 1 evaluation */
+  /* stream tasks whose head reads earlier positions (PsmHeadClass.history):
+   * the last hist_p annotations [hist_p, B, H] and words [hist_p, B] of
+   * every stream, per mode as the carry */
+  int hist_p, hist_h;
+  float *hist[2];
+  int32_t *hist_ids[2];
+  int hist_rows[2];
+  PsmRng *train_rng;            /* the training batch's stream (dropout) */
+  gboolean check_mode;          /* psm_model_check_mode */
 };
 
 PsmGraph *psm_model_graph (PsmModel *m) { return m->g; }
@@ -47,6 +56,7 @@ PsmBatch *psm_model_batch (PsmModel *m) { return &m->batch; }
 PsmPipeline *psm_model_pipeline (PsmModel *m) { return m->pl; }
 PsmParams *psm_model_params (PsmModel *m) { return m->params; }
 gboolean psm_model_has_decoder (PsmModel *m) { return m->dk != NULL; }
+gboolean psm_model_streams (PsmModel *m) { return m->streams; }
 
 void *
 psm_model_task (PsmModel *m, const PsmTaskClass **klass)
@@ -185,7 +195,7 @@ psm_model_new (PsmPipeline *pl, gboolean check, GError **error)
       m->beam.min_len = MIN (m->beam.min_len, 4);
     }
   }
-  PsmBuildCtx ctx = { sizeof ctx, m->params, "encoder.", &m->info, E, 0, 0, 0, 0, FALSE };
+  PsmBuildCtx ctx = { sizeof ctx, m->params, "encoder.", &m->info, E, 0, 0, 0, 0, FALSE, m->emb_id };
   m->ek = ep->desc->klass;
   m->enc = m->ek->create (psm_pipeline_section (pl, "model.encoder"), &ctx, &e);
   if (!m->enc) {
@@ -217,6 +227,9 @@ psm_model_new (PsmPipeline *pl, gboolean check, GError **error)
     fail_create (error, e, "model.head", hp);
     goto fail;
   }
+  int (*history) (void *) = PSM_CLASS_HOOK (m->hk, history);
+  m->hist_p = m->streams && history ? MAX (history (m->head), 0) : 0;
+  m->hist_h = ctx.enc_dim;
   if (dp) {
     /* the end token as a slot of the head's output space */
     m->beam.eos = m->info.eos_id < m->info.tgt_vocab ? m->info.eos_id : -1;
@@ -257,6 +270,10 @@ psm_model_free (PsmModel *m)
   if (m) {
     g_free (m->carry[0]);
     g_free (m->carry[1]);
+    for (int i = 0; i < 2; i++) {
+      g_free (m->hist[i]);
+      g_free (m->hist_ids[i]);
+    }
   }
   if (!m)
     return;
@@ -326,16 +343,71 @@ encode (PsmModel *m, PsmGraph *g, const PsmBatch *b, PsmEncoding *enc)
     enc->memo = prepare (m->dec, g, m->params, enc);
 }
 
-/* No decoder: the head sees one step whose state is the summary; or, for
- * stream tasks, every position, whose states are the annotations. */
+/* The history of the current mode for B streams: allocated (empty) when
+ * B changes, emptied for the streams that start again. */
 static void
-summary_step (PsmModel *m, PsmGraph *g, const PsmEncoding *enc, PsmDecOut *out)
+history_prepare (PsmModel *m, const PsmBatch *b)
+{
+  int mode = m->carry_mode, P = m->hist_p, H = m->hist_h;
+  if (m->hist_rows[mode] != b->B) {
+    g_free (m->hist[mode]);
+    g_free (m->hist_ids[mode]);
+    m->hist[mode] = g_new0 (float, (size_t) P * b->B * H);
+    m->hist_ids[mode] = g_new (int32_t, (size_t) P * b->B);
+    for (size_t i = 0; i < (size_t) P * b->B; i++)
+      m->hist_ids[mode][i] = -1;
+    m->hist_rows[mode] = b->B;
+  }
+  for (int i = 0; i < b->B; i++)
+    if (b->keep[i] == 0.0f)
+      for (int p = 0; p < P; p++)
+        m->hist_ids[mode][(size_t) p * b->B + i] = -1;
+}
+
+/* After a segment: the history becomes the last hist_p positions of
+ * (history, this segment); padded positions have no word. */
+static void
+history_push (PsmModel *m, const PsmBatch *b, const PsmEncoding *enc)
+{
+  int mode = m->carry_mode, P = m->hist_p, H = m->hist_h, B = b->B, T = b->T;
+  float *hs = m->hist[mode];
+  int32_t *ids = m->hist_ids[mode];
+  size_t row = (size_t) B * H;
+  int shift = MIN (T, P);
+  if (P > T) {
+    memmove (hs, hs + (size_t) T * row, (size_t) (P - T) * row * sizeof (float));
+    memmove (ids, ids + (size_t) T * B, (size_t) (P - T) * B * sizeof (int32_t));
+  }
+  for (int k = 0; k < shift; k++) {
+    int t = T - shift + k, p = P - shift + k;
+    memcpy (hs + (size_t) p * row, enc->annotations->data + (size_t) t * row, row * sizeof (float));
+    for (int i = 0; i < B; i++)
+      ids[(size_t) p * B + i] = b->src_mask[(size_t) t * B + i] != 0.0f ? b->src[(size_t) t * B + i] : -1;
+  }
+}
+
+/* No decoder: the head sees one step whose state is the summary; or, for
+ * stream tasks, every position, whose states are the annotations (and the
+ * history the head asked for). */
+static void
+summary_step (PsmModel *m, PsmGraph *g, const PsmBatch *b, const PsmEncoding *enc, PsmDecOut *out)
 {
   memset (out, 0, sizeof *out);
   out->B = enc->B;
   if (m->streams) {
     out->Ty = enc->T;
     out->state = enc->annotations;
+    if (m->hist_p) {
+      /* copies the graph owns: the buffers get this segment's end below,
+       * and the backward pass still reads the window */
+      history_prepare (m, b);
+      int mode = m->carry_mode, shape[3] = { m->hist_p, b->B, m->hist_h };
+      size_t n = (size_t) m->hist_p * b->B;
+      out->P = m->hist_p;
+      out->past = psm_tensor_wrap (g, psm_graph_dup (g, m->hist[mode], n * m->hist_h * sizeof (float)), NULL, 3,
+                                   shape);
+      out->past_ids = psm_graph_dup (g, m->hist_ids[mode], n * sizeof (int32_t));
+    }
     return;
   }
   out->Ty = 1;
@@ -383,9 +455,17 @@ decode_forced (PsmModel *m, PsmGraph *g, const PsmBatch *b, const PsmEncoding *e
   }
 }
 
+void
+psm_model_check_mode (PsmModel *m)
+{
+  m->check_mode = TRUE;
+  m->train_rng = NULL;
+}
+
 gboolean
 psm_model_train_batch (PsmModel *m, int B, PsmRng *rng, GError **error)
 {
+  m->train_rng = m->check_mode ? NULL : rng;
   return m->tk->train_batch (m->task, B, rng, &m->batch, error) &&
          psm_batch_validate (&m->batch, &m->info, B, m->task_name, error);
 }
@@ -397,14 +477,21 @@ psm_model_loss (PsmModel *m, PsmGraph *g, const PsmBatch *b)
   PsmDecOut out;
   psm_graph_phase (g, PSM_PHASE_ENCODER);
   m->carry_mode = 0;
+  if (m->check_mode)
+    for (int i = 0; m->streams && i < b->B; i++)
+      b->keep[i] = 0.0f;
+  psm_graph_set_rng (g, m->train_rng);   /* dropout and zoneout draw from it */
   encode (m, g, b, &enc);
   psm_graph_phase (g, PSM_PHASE_DECODER);
   if (m->dk)
     decode_forced (m, g, b, &enc, &out);
   else
-    summary_step (m, g, &enc, &out);
+    summary_step (m, g, b, &enc, &out);
   psm_graph_phase (g, PSM_PHASE_HEAD);
   PsmTensor *loss = m->hk->loss (m->head, g, m->params, &enc, &out, b);
+  psm_graph_set_rng (g, NULL);
+  if (m->hist_p)
+    history_push (m, b, &enc);
   psm_graph_phase (g, PSM_PHASE_OTHER);
   return loss;
 }
@@ -462,7 +549,7 @@ dec_step (void *ud, int n, const int32_t *parents, const int32_t *tokens, int *S
     return NULL;
   }
   memcpy (d->carry, st.carry->data, st.carry->n * sizeof (float));
-  PsmDecOut o = { 1, n, NULL, NULL, NULL, NULL, NULL };
+  PsmDecOut o = { 1, n, NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL };
 #define ONE_STEP(f)                                                               \
   if (st.f) {                                                                     \
     int sh[3] = { 1, n, psm_tensor_cols (st.f) };                                 \
@@ -770,6 +857,71 @@ psm_model_decode_texts (PsmModel *m, const char *const *texts, int n, const PsmE
   return ok;
 }
 
+/* Stream tasks: per-word records. Row b of every evaluation batch reads
+ * the b-th contiguous run of the split, so the records are collected per
+ * (row, position in its run) and written in the split's order at the end:
+ * "index <TAB> word <TAB> log p <TAB> gate" (the gate "-" where the head
+ * has none). */
+typedef struct {
+  int row;
+  long k;
+  const char *word;
+  float logp, gate;
+} StreamRec;
+
+static int
+stream_rec_cmp (const void *a, const void *b)
+{
+  const StreamRec *x = a, *y = b;
+  return x->row != y->row ? (x->row < y->row ? -1 : 1) : (x->k < y->k ? -1 : x->k > y->k);
+}
+
+static gboolean
+stream_records (PsmModel *m, PsmGraph *g, const PsmBatch *b, const PsmEncoding *enc, const PsmDecOut *out,
+                GArray *recs, long *row_k, GError **error)
+{
+  void (*token_logp) (void *, PsmGraph *, PsmParams *, const PsmEncoding *, const PsmDecOut *, const PsmBatch *,
+                      float *, float *) = PSM_CLASS_HOOK (m->hk, token_logp);
+  if (!token_logp) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
+                 "head '%s' gives no per-token log-probabilities (PsmHeadClass.token_logp): no per-token records "
+                 "for a language model with it", psm_pipeline_plugin (m->pl, "model.head")->desc->name);
+    return FALSE;
+  }
+  size_t R = (size_t) b->Ty * b->B;
+  float *lp = g_new (float, R), *gt = g_new (float, R);
+  for (size_t r = 0; r < R; r++)
+    lp[r] = gt[r] = NAN;
+  token_logp (m->head, g, m->params, enc, out, b, lp, gt);
+  for (int bi = 0; bi < b->B; bi++)
+    for (int t = 0; t < b->Ty; t++) {
+      size_t r = (size_t) t * b->B + bi;
+      if (b->tgt_mask[r] == 0.0f)
+        continue;
+      StreamRec rec = { bi, row_k[bi]++, m->tk->token_text (m->task, b, bi, b->tgt[r]), lp[r], gt[r] };
+      g_array_append_val (recs, rec);
+    }
+  g_free (lp);
+  g_free (gt);
+  return TRUE;
+}
+
+static void
+stream_records_write (GArray *recs, FILE *f, double *gate_sum, long *gate_n)
+{
+  qsort (recs->data, recs->len, sizeof (StreamRec), stream_rec_cmp);
+  for (guint i = 0; i < recs->len; i++) {
+    const StreamRec *r = &g_array_index (recs, StreamRec, i);
+    if (isnan (r->gate)) {
+      fprintf (f, "%u\t%s\t%.6f\t-\n", i, r->word, r->logp);
+    } else {
+      fprintf (f, "%u\t%s\t%.6f\t%.6f\n", i, r->word, r->logp, r->gate);
+      *gate_sum += r->gate;
+      (*gate_n)++;
+    }
+  }
+}
+
 /* One-step outputs (no decoder): the best slot against the first target. */
 static void
 eval_one_step (PsmModel *m, PsmGraph *g, const PsmBatch *b, const PsmEncoding *enc, const PsmDecOut *out, FILE *fout)
@@ -807,6 +959,7 @@ psm_model_evaluate (PsmModel *m, PsmSplit split, const PsmEvalOptions *opt, PsmE
     m->mk[i]->reset (m->metric[i]);
   PsmGraph *g = m->g;
   psm_graph_set_grad (g, FALSE);
+  psm_graph_set_rng (g, NULL);
   psm_graph_clear_packed (m->gs);   /* the weights may have changed since the last decoding */
   double loss_sum = 0.0, weight = 0.0, gate_sum = 0.0;
   long gate_n = 0;
@@ -816,6 +969,8 @@ psm_model_evaluate (PsmModel *m, PsmSplit split, const PsmEvalOptions *opt, PsmE
   /* stream tasks: segment after segment of EB streams, the state carried,
    * until the task has no more (T == 0) or n target words are scored */
   m->carry_mode = 1;
+  GArray *recs = m->streams && opt && opt->out ? g_array_new (FALSE, FALSE, sizeof (StreamRec)) : NULL;
+  long *row_k = recs ? g_new0 (long, EB) : NULL;
   for (long start = 0; ok && (m->streams ? res->n_examples < n : start < n); start += m->streams ? 1 : EB) {
     int B = m->streams ? EB : (int) MIN ((long) EB, n - start);
     if (!m->tk->eval_batch (m->task, split, (int) start, B, &m->batch, error)) {
@@ -836,7 +991,7 @@ psm_model_evaluate (PsmModel *m, PsmSplit split, const PsmEvalOptions *opt, PsmE
     if (m->dk)
       decode_forced (m, g, b, &enc, &out);
     else
-      summary_step (m, g, &enc, &out);
+      summary_step (m, g, b, &enc, &out);
     PsmTensor *loss = m->hk->loss (m->head, g, m->params, &enc, &out, b);
     double w = 0.0;
     for (int i = 0; i < b->B * b->Ty; i++)
@@ -844,6 +999,12 @@ psm_model_evaluate (PsmModel *m, PsmSplit split, const PsmEvalOptions *opt, PsmE
     loss_sum += loss->data[0] * w;
     weight += w;
     if (m->streams) {
+      if (recs && !stream_records (m, g, b, &enc, &out, recs, row_k, error)) {
+        ok = FALSE;
+        break;
+      }
+      if (m->hist_p)
+        history_push (m, b, &enc);
       res->n_examples += (long) w;   /* target words */
       continue;
     }
@@ -862,6 +1023,12 @@ psm_model_evaluate (PsmModel *m, PsmSplit split, const PsmEvalOptions *opt, PsmE
   if (m->dk && score && opt && opt->progress)
     fprintf (stderr, "\n");
   m->carry_mode = 0;
+  if (recs) {
+    if (ok)
+      stream_records_write (recs, opt->out, &gate_sum, &gate_n);
+    g_array_free (recs, TRUE);
+    g_free (row_k);
+  }
   res->decode_seconds = g_timer_elapsed (timer, NULL);
   g_timer_destroy (timer);
   psm_graph_reset (g);

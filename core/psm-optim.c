@@ -16,6 +16,7 @@ struct PsmOptim {
   PsmParams *p;
   int n_state;
   float *state[2];
+  double lr_scale;
 };
 
 static const char *const opt_names[] = { "sgd", "adam", "adagrad", "adadelta" };
@@ -26,6 +27,7 @@ psm_optim_new (const PsmOptConfig *cfg, PsmParams *p)
   PsmOptim *o = g_new0 (PsmOptim, 1);
   o->cfg = *cfg;
   o->p = p;
+  o->lr_scale = 1.0;
   o->n_state = psm_optim_kind_slots (cfg->kind);
   size_t n = psm_params_size (p);
   for (int s = 0; s < o->n_state; s++)
@@ -63,13 +65,15 @@ psm_optim_kind_name (PsmOptKind kind)
 int psm_optim_n_state (const PsmOptim *o) { return o->n_state; }
 float *psm_optim_state (PsmOptim *o, int slot) { return slot < o->n_state ? o->state[slot] : NULL; }
 
+void psm_optim_set_lr_scale (PsmOptim *o, double scale) { o->lr_scale = scale; }
+
 double
 psm_optim_lr (const PsmOptim *o, long step)
 {
   const PsmOptConfig *c = &o->cfg;
   if (c->kind == PSM_OPT_SGD && c->halve_every > 0 && step >= c->halve_start)
-    return c->lr * pow (0.5, (double) ((step - c->halve_start) / c->halve_every + 1));
-  return c->lr;
+    return o->lr_scale * c->lr * pow (0.5, (double) ((step - c->halve_start) / c->halve_every + 1));
+  return o->lr_scale * c->lr;
 }
 
 void
@@ -91,7 +95,7 @@ psm_optim_step (PsmOptim *o, long step)
   case PSM_OPT_ADAM: {
     float b1 = (float) c->beta1, b2 = (float) c->beta2, eps = (float) c->eps;
     double t = (double) step + 1;
-    float a = (float) (c->lr * sqrt (1.0 - pow (c->beta2, t)) / (1.0 - pow (c->beta1, t)));
+    float a = (float) (psm_optim_lr (o, step) * sqrt (1.0 - pow (c->beta2, t)) / (1.0 - pow (c->beta1, t)));
     float *m = o->state[0], *v = o->state[1];
     PAR
     for (size_t i = 0; i < n; i++) {

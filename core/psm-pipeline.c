@@ -25,6 +25,7 @@ static const PsmParamSpec train_spec[] = {
   { "eval_every", PSM_PARAM_INT, "1000", 1, 1e9, "validate (and checkpoint) every N steps", NULL },
   { "log_every", PSM_PARAM_INT, "100", 1, 1e9, "log line / JSON record every N steps", NULL },
   { "valid_examples", PSM_PARAM_INT, "0", 0, 1e9, "validate on the first N examples (0 = all)", NULL },
+  { "patience", PSM_PARAM_INT, "0", 0, 1e9, "stop after N validations in a row without a new best (0 = never)", NULL },
   PSM_PARAM_END
 };
 
@@ -38,6 +39,8 @@ static const PsmParamSpec optimizer_spec[] = {
   { "rho", PSM_PARAM_FLOAT, "0.95", 0, 0.999999, "adadelta: decay of the running averages", NULL },
   { "halve_start", PSM_PARAM_INT, "0", 0, 1e12, "sgd: first step of the halving schedule", NULL },
   { "halve_every", PSM_PARAM_INT, "0", 0, 1e12, "sgd: halve lr every N steps from halve_start (0 = never)", NULL },
+  { "plateau_factor", PSM_PARAM_FLOAT, "1", 0.01, 1, "lr times this when a validation is worse than the previous (1 = off)",
+    NULL },
   PSM_PARAM_END
 };
 

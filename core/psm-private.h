@@ -45,6 +45,9 @@ typedef enum {
   PSM_OP_MUL_ROWS,
   PSM_OP_AFFINE,
   PSM_OP_LOG,
+  PSM_OP_LOCKED_DROPOUT,
+  PSM_OP_WINDOW_SCORES,
+  PSM_OP_SENTINEL_NLL,
   PSM_OP_COUNT
 } PsmOpKind;
 
@@ -149,6 +152,9 @@ void *psm_graph_alloc (PsmGraph *g, size_t bytes);
 /* Per-op backward functions, defined in core/ops/. */
 #define PSM_DECLARE_BACKWARD(name) void psm_##name##_backward (PsmNode *node)
 PSM_DECLARE_BACKWARD (matmul);
+PSM_DECLARE_BACKWARD (locked_dropout);
+PSM_DECLARE_BACKWARD (window_scores);
+PSM_DECLARE_BACKWARD (sentinel_nll);
 PSM_DECLARE_BACKWARD (linear);
 PSM_DECLARE_BACKWARD (add);
 PSM_DECLARE_BACKWARD (mul);
@@ -254,6 +260,11 @@ PsmBatch *psm_model_batch (PsmModel *m);
 PsmPipeline *psm_model_pipeline (PsmModel *m);
 /* The task's next training batch of B into psm_model_batch (m), validated. */
 gboolean psm_model_train_batch (PsmModel *m, int B, PsmRng *rng, GError **error);
+/* --check: every loss of the current batch starts from the same state
+ * (stream tasks: no carried state or history) and draws no dropout, so
+ * the losses of its steps compare. */
+void psm_model_check_mode (PsmModel *m);
+gboolean psm_model_streams (PsmModel *m);   /* a language model over streams */
 /* The task's save() into a new run folder (no-op without the hook). */
 gboolean psm_model_save_task (PsmModel *m, const char *dir, GError **error);
 

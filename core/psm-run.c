@@ -154,13 +154,14 @@ psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error)
   optim_config (psm_pipeline_section (pl, "train.optimizer"), &oc);
   PsmParams *params = psm_model_params (m);
   optim = psm_optim_new (&oc, params);
-  PsmCheckpointMeta meta = { 0 };
+  PsmCheckpointMeta meta = { 0, { { 0 } }, NAN, 1.0, NAN, 0 };
   psm_rng_seed (&meta.rng, (guint64) psm_section_int (train, "seed") * 7919 + 17);
   gboolean have_best = FALSE;
   if (opt->resume) {
     if (!psm_checkpoint_load (last, params, optim, &meta, error))
       goto out;
     have_best = g_file_test (best_path, G_FILE_TEST_EXISTS) && !isnan (meta.best_metric);
+    psm_optim_set_lr_scale (optim, meta.lr_scale);
     printf ("resumed %s at step %ld\n", last, meta.step);
   } else {
     meta.best_metric = NAN;
@@ -180,6 +181,11 @@ psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error)
   long log_every = (long) psm_section_int (train, "log_every");
   long valid_n = (long) psm_section_int (train, "valid_examples");
   double clip = psm_section_float (train, "clip_norm");
+  /* the plateau schedule (Merity et al. §5.2): lr times plateau_factor
+   * when a validation is worse than the one before; stop after patience
+   * validations without a new best */
+  double plateau = psm_section_float (psm_pipeline_section (pl, "train.optimizer"), "plateau_factor");
+  long patience = (long) psm_section_int (train, "patience");
   PsmGraph *g = psm_model_graph (m);
   PsmBatch *batch = psm_model_batch (m);
   PsmProfile *prof = opt->profile ? g_new0 (PsmProfile, 1) : NULL;
@@ -280,6 +286,15 @@ psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error)
         goto out_timer;
       }
       gboolean is_best = better (&r, meta.best_metric, have_best);
+      gboolean worse = !isnan (meta.last_metric) &&
+                       (r.higher_is_better ? r.primary < meta.last_metric : r.primary > meta.last_metric);
+      if (plateau < 1.0 && worse) {
+        meta.lr_scale *= plateau;
+        psm_optim_set_lr_scale (optim, meta.lr_scale);
+      }
+      meta.last_metric = r.primary;
+      meta.bad_evals = is_best ? 0 : meta.bad_evals + 1;
+      gboolean stop = patience > 0 && meta.bad_evals >= patience && done < steps;
       meta.step = done;
       if (is_best) {
         meta.best_metric = r.primary;
@@ -295,6 +310,15 @@ psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error)
         print_eval ("valid", done, &r, is_best);
       if (!json_eval (log, log_path, done, "valid", g_timer_elapsed (timer, NULL), &r, error))
         goto out_timer;
+      if (!opt->quiet && plateau < 1.0 && worse)
+        printf ("validation worse than the one before: learning rate now %g\n", psm_optim_lr (optim, done));
+      if (stop) {
+        if (!opt->quiet)
+          printf ("stopping at step %ld: %ld validations without improving on the best (train.patience)\n", done,
+                  meta.bad_evals);
+        steps = done;
+        break;
+      }
     }
   }
   if (!opt->quiet)
@@ -572,6 +596,8 @@ psm_run_eval (PsmModel *m, PsmSplit split, gboolean write_decodes, gboolean json
               (int) psm_section_int (psm_pipeline_section (pl, "decode"), "beam"), isnan (r.mean_gate) ? "\n" : "");
     if (seq && !isnan (r.mean_gate))
       printf (", mean p_gen %.3f\n", r.mean_gate);
+    if (!seq && !isnan (r.mean_gate))
+      printf ("mean gate (probability of the vocabulary softmax) %.4f over %ld words\n", r.mean_gate, r.n_examples);
     char *log_path = g_build_filename (dir, "log.jsonl", NULL);
     FILE *log = fopen (log_path, "a");
     if (!log) {
@@ -587,6 +613,8 @@ psm_run_eval (PsmModel *m, PsmSplit split, gboolean write_decodes, gboolean json
       printf ("summaries written to %s (references: %s%s%s)\n", out_path, ref_path, json_path ? "; per token: " : "",
               json_path ? json_path : "");
     }
+    else if (ok && out_path && psm_model_streams (m))
+      printf ("per-word records written to %s (index<TAB>word<TAB>log p<TAB>gate)\n", out_path);
     else if (ok && out_path)
       printf ("decodes written to %s (hypothesis<TAB>reference)\n", out_path);
   }
@@ -622,19 +650,21 @@ psm_run_check (PsmModel *m, GError **error)
   PsmRng rng;
   psm_rng_seed (&rng, (guint64) psm_section_int (train, "seed"));
   int B = (int) MIN (psm_section_int (train, "batch"), 16);
+  psm_model_check_mode (m);
   if (!psm_model_train_batch (m, B, &rng, error)) {
     psm_optim_free (optim);
     return FALSE;
   }
   double clip = psm_section_float (train, "clip_norm");
-  float first = 0.0f, lastv = 0.0f;
+  float first = 0.0f, lastv = 0.0f, best = 0.0f;
   const int steps = 12;
   for (int s = 0; s < steps; s++) {
     psm_graph_reset (g);
     PsmTensor *loss = psm_model_loss (m, g, batch);
     lastv = loss->data[0];
     if (s == 0)
-      first = lastv;
+      first = best = lastv;
+    best = MIN (best, lastv);
     if (!isfinite (lastv)) {
       psm_optim_free (optim);
       return check_fail (error, "training loss is not finite");
@@ -644,8 +674,11 @@ psm_run_check (PsmModel *m, GError **error)
     psm_optim_step (optim, s);
     psm_params_zero_grad (params);
   }
-  printf ("check: %d steps on one batch of %d: loss %.4f -> %.4f\n", steps, B, first, lastv);
-  if (!(lastv < first)) {
+  /* the lowest loss, not the last: plain SGD at a language model's usual
+   * rate can overshoot on a single small batch after it has fallen */
+  printf ("check: %d steps on one batch of %d: loss %.4f -> %.4f (lowest; last %.4f)\n", steps, B, first, best,
+          lastv);
+  if (!(best < first)) {
     psm_optim_free (optim);
     return check_fail (error, "the loss did not fall on a batch it trains on");
   }
@@ -672,7 +705,7 @@ psm_run_check (PsmModel *m, GError **error)
   char *path = g_build_filename (tmpdir, "check.ckpt", NULL);
   size_t n = psm_params_size (params);
   float *saved = g_memdup2 (psm_params_data (params), n * sizeof (float));
-  PsmCheckpointMeta meta = { steps, rng, r.primary };
+  PsmCheckpointMeta meta = { steps, rng, r.primary, 1.0, NAN, 0 };
   gboolean ok = psm_checkpoint_save (path, params, optim, TRUE, &meta, error);
   if (ok) {
     for (size_t i = 0; i < n; i++)

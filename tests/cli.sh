@@ -32,7 +32,7 @@ metrics = ( "error_rate" );
 CFG
 
 expect 0 "--help" "--resume" -- "$run" --help
-expect 0 "--version" "plugin ABI 1.5" -- "$run" --version
+expect 0 "--version" "plugin ABI 1.6" -- "$run" --version
 expect 0 "--list shows plugins and their parameters" "temperature" -- "$run" --list
 grep -q "rarest_word" "$tmp/out" && grep -q "train.optimizer" "$tmp/out" && ok "--list shows tasks and core sections" || bad "--list shows tasks and core sections"
 missing=""
@@ -257,6 +257,69 @@ expect 0 "lm: eval in the run folder gives the same perplexity" "perplexity $tes
   "$run" --mode eval "$tmp/lm.cfg"
 sed 's/model = {/model = { decoder = { plugin = "lstm_attn"; };/' "$tmp/lm.cfg" > "$tmp/lm_dec.cfg"
 expect 2 "lm: a decoder is refused" "language model over streams" -- "$run" --check "$tmp/lm_dec.cfg"
+
+# the pointer sentinel where only copying predicts: every line is four random
+# words of 100 said twice, so its second half is in the window and nowhere
+# else; at equal budget the sentinel's perplexity must be far below the
+# softmax's, and its gate must go to the pointer on the repeats
+awk 'BEGIN { srand (5); for (l = 0; l < 400; l++) { s = ""; for (i = 0; i < 4; i++) w[i] = "w" int (rand () * 100);
+  for (i = 0; i < 8; i++) s = s (i ? " " : "") w[i % 4]; print s } }' > "$tmp/cp.train.txt"
+head -50 "$tmp/cp.train.txt" > "$tmp/cp.valid.txt"
+cp_cfg () {   # HEAD RUNDIR EXTRA_TRAIN OPTIMIZER
+  cat <<CFG
+task = { plugin = "lm"; train = "$tmp/cp.train.txt"; valid = "$tmp/cp.valid.txt"; test = "$tmp/cp.valid.txt"; bptt = 10; };
+model = { embedding = { dim = 16; }; encoder = { plugin = "lstm_lm"; hidden = 32; layers = 1; dropout = 0.1; zoneout = 0.1; };
+          head = { $1 }; };
+train = { batch = 8; steps = 200; eval_every = 100; log_every = 50; clip_norm = 1; $3
+          optimizer = { $4 }; };
+eval = { batch = 5; };
+run = { dir = "$tmp/$2"; };
+metrics = ( "perplexity" );
+CFG
+}
+cp_cfg 'plugin = "softmax";' cp_sm "" 'name = "adam"; lr = 0.01;' > "$tmp/cp_sm.cfg"
+cp_cfg 'plugin = "pointer_sentinel"; window = 10;' cp_ps "" 'name = "adam"; lr = 0.01;' > "$tmp/cp_ps.cfg"
+expect 0 "sentinel: --check" "check: OK" -- "$run" --check "$tmp/cp_ps.cfg"
+"$run" -q "$tmp/cp_sm.cfg" > "$tmp/cp_sm.out" 2>&1
+"$run" -q "$tmp/cp_ps.cfg" > "$tmp/cp_ps.out" 2>&1
+sm=$(grep '^test (' "$tmp/cp_sm.out" | sed 's/.*perplexity \([0-9.]*\).*/\1/')
+ps=$(grep '^test (' "$tmp/cp_ps.out" | sed 's/.*perplexity \([0-9.]*\).*/\1/')
+if [ -n "$sm" ] && [ -n "$ps" ] && awk -v a="$sm" -v b="$ps" 'BEGIN { exit !(b < 0.5 * a) }'; then
+  ok "sentinel: copies what the softmax cannot predict (perplexity $ps vs $sm)"
+else cat "$tmp/cp_sm.out" "$tmp/cp_ps.out" > "$tmp/out"; bad "sentinel: copies what the softmax cannot predict ($ps vs $sm)"; fi
+expect 0 "sentinel: --mode decode writes per-word records and the mean gate" "mean gate .* over 449 words" -- \
+  "$run" --mode decode "$tmp/cp_ps.cfg"
+if awk -F '\t' 'NR % 9 >= 5 && NR % 9 <= 8 { rep += $4; nr++ } NR % 9 >= 1 && NR % 9 <= 3 { first += $4; nf++ }
+    END { exit !(NF == 4 && rep / nr < 0.3 && first / nf > 0.7) }' "$tmp/cp_ps/decode.test.txt"; then
+  ok "sentinel: the gate points on repeated words and generates new ones"
+else cp "$tmp/cp_ps/decode.test.txt" "$tmp/out"; bad "sentinel: the gate points on repeated words and generates new ones"; fi
+expect 0 "softmax LM: --mode decode writes per-word records" "per-word records written" -- \
+  "$run" --mode decode "$tmp/cp_sm.cfg"
+buckets="$top_srcdir/tools/psm-lm-buckets"
+expect 0 "psm-lm-buckets: the Figure A1 table of two runs" "^1 .* 449 words\|words of test in 2 buckets" -- \
+  "$buckets" -n 2 "$tmp/cp_sm" "$tmp/cp_ps"
+expect 2 "psm-lm-buckets: usage" "usage: psm-lm-buckets" -- "$buckets" "$tmp/cp_sm"
+expect 1 "psm-lm-buckets: a run without records" "decode.valid.txt: cannot read" -- \
+  "$buckets" -s valid "$tmp/cp_sm" "$tmp/cp_ps"
+head -100 "$tmp/cp_ps/decode.test.txt" > "$tmp/short.txt"
+mkdir -p "$tmp/cp_short" && cp "$tmp/short.txt" "$tmp/cp_short/decode.test.txt"
+expect 1 "psm-lm-buckets: B has fewer records than A" "cp_short/decode.test.txt: fewer records than" -- \
+  "$buckets" "$tmp/cp_ps" "$tmp/cp_short"
+cp "$tmp/cp_sm/vocab.txt" "$tmp/cp_short/"
+expect 1 "psm-lm-buckets: B has more records than A" "cp_ps/decode.test.txt: more records than" -- \
+  "$buckets" "$tmp/cp_short" "$tmp/cp_ps"
+
+# the plateau schedule and early stopping (Merity et al. 5.2)
+cp_cfg 'plugin = "softmax";' cp_pat "patience = 2; eval_every = 20;" 'name = "adam"; lr = 0.0;' |
+  sed 's/eval_every = 100;//' > "$tmp/cp_pat.cfg"
+expect 0 "train.patience: stops after 2 validations without a new best" \
+  "stopping at step 60: 2 validations without improving on the best" -- "$run" --mode train "$tmp/cp_pat.cfg"
+cp_cfg 'plugin = "softmax";' cp_pl "eval_every = 20;" 'name = "adam"; lr = 0.3; plateau_factor = 0.5;' |
+  sed 's/eval_every = 100;//' > "$tmp/cp_pl.cfg"
+expect 0 "plateau_factor: lr halved after a worse validation" "validation worse than the one before: learning rate now 0.15" -- \
+  "$run" --mode train "$tmp/cp_pl.cfg"
+if grep -q '"lr": 0.075' "$tmp/cp_pl/log.jsonl"; then ok "plateau_factor: the log records the halved rate"
+else cp "$tmp/cp_pl/log.jsonl" "$tmp/out"; bad "plateau_factor: the log records the halved rate"; fi
 
 # OMP_THREAD_LIMIT below the threads asked for: OpenBLAS's OpenMP build hung here
 expect 0 "OMP_THREAD_LIMIT below OMP_NUM_THREADS does not hang" "check: OK" -- \

@@ -265,7 +265,7 @@ START_TEST (test_checkpoint)
   PsmOptim *o = psm_optim_new (&oc, p);
   psm_params_grad (p)[3] = 1.0f;
   psm_optim_step (o, 0);
-  PsmCheckpointMeta meta = { 123, { { 1, 2, 3, 4 } }, 17.5 };
+  PsmCheckpointMeta meta = { 123, { { 1, 2, 3, 4 } }, 17.5, 0.25, 18.5, 3 };
   GError *e = NULL;
   ck_assert_msg (psm_checkpoint_save (path, p, o, TRUE, &meta, &e), "%s", e ? e->message : "");
   char *tmp = g_strdup_printf ("%s.tmp.%d", path, (int) getpid ());
@@ -282,6 +282,7 @@ START_TEST (test_checkpoint)
   ck_assert_int_eq (back.step, 123);
   ck_assert_uint_eq (back.rng.s[3], 4);
   ck_assert (back.best_metric == 17.5);
+  ck_assert (back.lr_scale == 0.25 && back.last_metric == 18.5 && back.bad_evals == 3);
 
   /* a flipped byte: checksum error, and the model is untouched */
   gchar *buf;
@@ -393,7 +394,7 @@ START_TEST (test_checkpoint_checks)
   PsmOptConfig sgd = { .kind = PSM_OPT_SGD, .lr = 0.5 };
   PsmOptConfig adam = { .kind = PSM_OPT_ADAM, .lr = 0.1, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8 };
   PsmOptim *os = psm_optim_new (&sgd, p), *oa = psm_optim_new (&adam, p);
-  PsmCheckpointMeta meta = { 2, { { 1, 2, 3, 4 } }, NAN };
+  PsmCheckpointMeta meta = { 2, { { 1, 2, 3, 4 } }, NAN, 1.0, NAN, 0 };
   GError *e = NULL;
   ck_assert (psm_checkpoint_save (sgd_path, p, os, TRUE, &meta, &e));
   /* SGD has no state buffers, yet Adam must not resume from it */

@@ -2,7 +2,9 @@
  * finite-difference check of every parameter and the embedded input, from a
  * carried non-zero start state; two segments run one after the other, the state
  * carried through carry_in/carry_out, give the annotations of the whole
- * sequence run at once; padding at a stream's end keeps its end state. */
+ * sequence run at once; padding at a stream's end keeps its end state; with
+ * dropout and zoneout, the same check with fixed draws, and training draws
+ * differ while evaluation is deterministic. */
 #include "config.h"
 #include <math.h>
 #include <string.h>
@@ -45,13 +47,12 @@ f_loss (PsmGraph *g, void *ud)
 }
 
 static void
-setup (Fix *f)
+setup_with (Fix *f, const char *text)
 {
   const PsmPluginDesc *d = psm_test_plugin (PSM_KIND_ENCODER, "lstm_lm");
   f->ek = d->klass;
   char *errs = NULL;
-  const PsmSection *sec = psm_test_section ("plugin = \"lstm_lm\"; hidden = 3; layers = 2;", "model.encoder",
-                                            d->params, &errs);
+  const PsmSection *sec = psm_test_section (text, "model.encoder", d->params, &errs);
   ck_assert_msg (sec, "%s", errs);
   f->params = psm_params_new ();
   PsmBuildCtx ctx = { sizeof ctx, f->params, "encoder.", &info, E, 0, 0, 0, 0, FALSE };
@@ -67,6 +68,56 @@ setup (Fix *f)
   for (int i = 0; i < 2 * T * B; i++)
     f->mask[i] = 1.0f;
 }
+
+static void setup (Fix *f) { setup_with (f, "plugin = \"lstm_lm\"; hidden = 3; layers = 2;"); }
+
+/* With dropout and zoneout: every loss of the check draws the same masks
+ * (the training rng restarted from one state), so the finite differences
+ * see one function. */
+static PsmRng reg_rng;
+
+static PsmTensor *
+f_loss_reg (PsmGraph *g, void *ud)
+{
+  PsmRng r = reg_rng;
+  psm_graph_set_rng (g, &r);
+  PsmTensor *l = f_loss (g, ud);
+  psm_graph_set_rng (g, NULL);
+  return l;
+}
+
+START_TEST (test_lstm_lm_regularised)
+{
+  Fix f;
+  setup_with (&f, "plugin = \"lstm_lm\"; hidden = 3; layers = 2; dropout = 0.4; zoneout = 0.3;");
+  psm_rng_seed (&reg_rng, 3);
+  psm_test_gradcheck ("lstm_lm dropout+zoneout params", f_loss_reg, &f, psm_params_data (f.params),
+                      psm_params_grad (f.params), psm_params_size (f.params), 1e-3f, 2e-3, 2e-2, 500);
+  psm_test_gradcheck ("lstm_lm dropout+zoneout input", f_loss_reg, &f, f.emb, f.gemb, T * B * E, 5e-3f, 2e-3, 2e-2,
+                      400);
+  /* training draws differ from one rng state to the next; without the rng
+   * (evaluation) the output is deterministic and differs from a draw */
+  PsmGraph *g = psm_graph_new ();
+  psm_graph_set_grad (g, FALSE);
+  PsmEncoding a, b, c, d;
+  encode (&f, g, f.emb, NULL, T, f.mask, f.carry, &a);
+  encode (&f, g, f.emb, NULL, T, f.mask, f.carry, &b);
+  PsmRng r1 = reg_rng, r2;
+  psm_rng_seed (&r2, 4);
+  psm_graph_set_rng (g, &r1);
+  encode (&f, g, f.emb, NULL, T, f.mask, f.carry, &c);
+  psm_graph_set_rng (g, &r2);
+  encode (&f, g, f.emb, NULL, T, f.mask, f.carry, &d);
+  psm_graph_set_rng (g, NULL);
+  size_t n = a.annotations->n;
+  ck_assert (memcmp (a.annotations->data, b.annotations->data, n * sizeof (float)) == 0);
+  ck_assert (memcmp (a.annotations->data, c.annotations->data, n * sizeof (float)) != 0);
+  ck_assert (memcmp (c.annotations->data, d.annotations->data, n * sizeof (float)) != 0);
+  psm_graph_free (g);
+  f.ek->destroy (f.enc);
+  psm_params_free (f.params);
+}
+END_TEST
 
 START_TEST (test_lstm_lm_gradients)
 {
@@ -124,6 +175,7 @@ main (void)
   TCase *tc = tcase_create ("core");
   tcase_set_timeout (tc, 120);
   tcase_add_test (tc, test_lstm_lm_gradients);
+  tcase_add_test (tc, test_lstm_lm_regularised);
   tcase_add_test (tc, test_lstm_lm_segments);
   suite_add_tcase (s, tc);
   return psm_test_run (s);

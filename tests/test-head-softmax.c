@@ -36,7 +36,9 @@ run (const char *text)
   const PsmSection *sec = psm_test_section (text, "model.head", d->params, &errs);
   ck_assert_msg (sec, "%s", errs);
   f.params = psm_params_new ();
-  PsmBuildCtx ctx = { sizeof ctx, f.params, "head.", &info, 5, 4, H, H, 0, FALSE };
+  int es[2] = { V, H };   /* the token embedding, for tie_embedding */
+  int emb = psm_params_add (f.params, "embedding.src", 2, es, PSM_INIT_UNIFORM, 0.1f);
+  PsmBuildCtx ctx = { sizeof ctx, f.params, "head.", &info, H, 4, H, H, 0, FALSE, emb };
   GError *e = NULL;
   f.head = f.hk->create (sec, &ctx, &e);
   ck_assert (f.head);
@@ -82,13 +84,38 @@ END_TEST
 START_TEST (test_deep_output) { run ("plugin = \"softmax\"; hidden = 3;"); }
 END_TEST
 
+/* the output weights are the embedding table: its gradient comes from the
+ * softmax (checked with the other parameters) */
+START_TEST (test_tied) { run ("plugin = \"softmax\"; tie_embedding = true;"); }
+END_TEST
+
+START_TEST (test_tied_mismatch)
+{
+  const PsmPluginDesc *d = psm_test_plugin (PSM_KIND_HEAD, "softmax");
+  const PsmHeadClass *hk = d->klass;
+  char *errs = NULL;
+  const PsmSection *sec = psm_test_section ("plugin = \"softmax\"; hidden = 3; tie_embedding = true;", "model.head",
+                                            d->params, &errs);
+  PsmParams *p = psm_params_new ();
+  int es[2] = { V, H };
+  PsmBuildCtx ctx = { sizeof ctx, p, "head.", &info, H, 4, H, H, 0, FALSE,
+                      psm_params_add (p, "embedding.src", 2, es, PSM_INIT_UNIFORM, 0.1f) };
+  GError *e = NULL;
+  ck_assert (!hk->create (sec, &ctx, &e));
+  ck_assert_msg (strstr (e->message, "model.head.tie_embedding") && strstr (e->message, "[6, 4]") &&
+                 strstr (e->message, "[6, 3]"), "%s", e->message);
+  g_clear_error (&e);
+  psm_params_free (p);
+}
+END_TEST
+
 START_TEST (test_bad_config)
 {
   const PsmPluginDesc *d = psm_test_plugin (PSM_KIND_HEAD, "softmax");
   char *errs = NULL;
   ck_assert (!psm_test_section ("plugin = \"softmax\";\n  hidden = -1;\n  hiden = 3;", "model.head", d->params, &errs));
   ck_assert_msg (strstr (errs, "inline.cfg:3: model.head.hidden: value -1 out of range (expected [0, 16384])"), "%s", errs);
-  ck_assert_msg (strstr (errs, "inline.cfg:4: model.head.hiden: unknown key (known keys: hidden, activation, plugin)"), "%s", errs);
+  ck_assert_msg (strstr (errs, "inline.cfg:4: model.head.hiden: unknown key (known keys: hidden, activation, tie_embedding, plugin)"), "%s", errs);
   g_free (errs);
 }
 END_TEST
@@ -101,6 +128,8 @@ main (void)
   tcase_set_timeout (tc, 60);
   tcase_add_test (tc, test_plain);
   tcase_add_test (tc, test_deep_output);
+  tcase_add_test (tc, test_tied);
+  tcase_add_test (tc, test_tied_mismatch);
   tcase_add_test (tc, test_bad_config);
   suite_add_tcase (s, tc);
   return psm_test_run (s);

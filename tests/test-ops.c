@@ -859,6 +859,125 @@ START_TEST (test_lstm_seq_cols)
 }
 END_TEST
 
+/* Zoneout: fixed 0/1 weights (as training draws them) and the constant
+ * expectation (evaluation), finite-difference checked; weights of 0 give
+ * the plain LSTM bit for bit, weights of 1 keep the start state. */
+static const float *zone_h, *zone_c;
+
+static PsmTensor *
+f_lstm_zoneout (PsmGraph *g, void *ud)
+{
+  Case *c = ud;
+  return psm_test_project (g, psm_lstm_seq_zoneout (g, in (g, c, 0), 0, in (g, c, 1), in (g, c, 2), in (g, c, 3),
+                                                    c->mask, FALSE, zone_h, zone_c));
+}
+
+START_TEST (test_lstm_zoneout)
+{
+  PsmRng rng;
+  psm_rng_seed (&rng, 29);
+  enum { T = 5, B = 3, H = 4 };
+  Case c = { 0 };
+  alloc_in (&c, 0, 3, T, B, 4 * H, &rng, 1.0f);
+  alloc_in (&c, 1, 2, B, H, 0, &rng, 1.0f);
+  alloc_in (&c, 2, 2, B, H, 0, &rng, 1.0f);
+  alloc_in (&c, 3, 2, H, 4 * H, 0, &rng, 0.8f);
+  for (int i = 0; i < T * B; i++)
+    c.mask[i] = i == B + 1 ? 0.0f : 1.0f;
+  static float zh[T * B * H], zc[T * B * H];
+  for (int i = 0; i < T * B * H; i++) {
+    zh[i] = psm_rng_u32 (&rng) & 1 ? 1.0f : 0.0f;
+    zc[i] = psm_rng_u32 (&rng) & 1 ? 1.0f : 0.0f;
+  }
+  zone_h = zh;
+  zone_c = zc;
+  check_all ("lstm_seq_zoneout draws", f_lstm_zoneout, &c, 4, 5e-3f);
+  for (int i = 0; i < T * B * H; i++)
+    zh[i] = zc[i] = 0.3f;
+  check_all ("lstm_seq_zoneout expectation", f_lstm_zoneout, &c, 4, 5e-3f);
+  /* zero weights: the plain op; ones: the start state throughout; the
+   * same with and without gradients (two-step cell-state ring) */
+  for (int grad = 0; grad < 2; grad++) {
+    PsmGraph *g = psm_graph_new ();
+    psm_graph_set_grad (g, grad);
+    for (int i = 0; i < T * B * H; i++)
+      zh[i] = zc[i] = 0.0f;
+    PsmTensor *a = psm_lstm_seq_zoneout (g, in (g, &c, 0), 0, in (g, &c, 1), in (g, &c, 2), in (g, &c, 3), c.mask,
+                                         FALSE, zh, zc);
+    PsmTensor *b = psm_lstm_seq (g, in (g, &c, 0), in (g, &c, 1), in (g, &c, 2), in (g, &c, 3), c.mask, FALSE);
+    for (size_t i = 0; i < a->n; i++)
+      ck_assert (a->data[i] == b->data[i]);
+    static float one[T * B * H];
+    for (int i = 0; i < T * B * H; i++)
+      one[i] = 1.0f;
+    PsmTensor *k = psm_lstm_seq_zoneout (g, in (g, &c, 0), 0, in (g, &c, 1), in (g, &c, 2), in (g, &c, 3), NULL,
+                                         FALSE, one, one);
+    for (int t = 0; t < T; t++)
+      for (int i = 0; i < B * H; i++)
+        ck_assert (k->data[t * B * H + i] == c.x[1][i]);
+    for (int i = 0; i < B * H; i++)
+      ck_assert (k->data[T * B * H + i] == c.x[2][i]);
+    psm_graph_free (g);
+  }
+  free_case (&c);
+}
+END_TEST
+
+/* psm_zoneout_weights and psm_locked_dropout: deterministic without the
+ * training rng; with it, draws at the right rate, one dropout mask for all
+ * steps, the kept units scaled by 1 / (1 - p); the gradient checked. */
+static PsmRng drop_rng;
+
+static PsmTensor *
+f_dropout (PsmGraph *g, void *ud)
+{
+  Case *c = ud;
+  PsmRng r = drop_rng;   /* the same mask for every evaluation */
+  psm_graph_set_rng (g, &r);
+  PsmTensor *y = psm_locked_dropout (g, in (g, c, 0), 0.4f);
+  psm_graph_set_rng (g, NULL);
+  return psm_test_project (g, y);
+}
+
+START_TEST (test_dropout)
+{
+  enum { T = 4, B = 50, C = 40 };
+  PsmGraph *g = psm_graph_new ();
+  Case c = { 0 };
+  PsmRng rng;
+  psm_rng_seed (&rng, 31);
+  alloc_in (&c, 0, 3, T, B, C, &rng, 1.0f);
+  PsmTensor *x = in (g, &c, 0);
+  ck_assert (psm_locked_dropout (g, x, 0.5f) == x);   /* not training */
+  float *w = psm_zoneout_weights (g, 0.25f, 100);
+  for (int i = 0; i < 100; i++)
+    ck_assert (w[i] == 0.25f);
+  psm_rng_seed (&drop_rng, 7);
+  PsmRng r = drop_rng;
+  psm_graph_set_rng (g, &r);
+  PsmTensor *y = psm_locked_dropout (g, x, 0.4f);
+  int zeros = 0;
+  for (int i = 0; i < B * C; i++) {
+    float m = y->data[i] / x->data[i];
+    ck_assert (y->data[i] == 0.0f || fabsf (m - 1.0f / 0.6f) < 1e-5f);
+    zeros += y->data[i] == 0.0f;
+    for (int t = 1; t < T; t++)   /* locked across time */
+      ck_assert ((y->data[t * B * C + i] == 0.0f) == (y->data[i] == 0.0f));
+  }
+  ck_assert_msg (zeros > 0.35 * B * C && zeros < 0.45 * B * C, "%d of %d dropped", zeros, B * C);
+  float *d = psm_zoneout_weights (g, 0.25f, 4000);
+  int kept = 0;
+  for (int i = 0; i < 4000; i++) {
+    ck_assert (d[i] == 0.0f || d[i] == 1.0f);
+    kept += d[i] == 1.0f;
+  }
+  ck_assert_msg (kept > 900 && kept < 1100, "%d of 4000 kept", kept);
+  psm_graph_free (g);
+  check_all ("locked_dropout", f_dropout, &c, 1, 1e-2f);
+  free_case (&c);
+}
+END_TEST
+
 /* Forward of the layout ops and reductions against plain loops. */
 START_TEST (test_layout_forward)
 {
@@ -1225,6 +1344,8 @@ main (int argc, char **argv)
   tcase_add_test (tc, test_lstm);
   tcase_add_test (tc, test_lstm_seq);
   tcase_add_test (tc, test_lstm_seq_cols);
+  tcase_add_test (tc, test_lstm_zoneout);
+  tcase_add_test (tc, test_dropout);
   tcase_add_test (tc, test_additive_attention);
   tcase_add_test (tc, test_additive_attention_beams);
   tcase_add_test (tc, test_pointer_ops);

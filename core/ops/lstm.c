@@ -129,6 +129,7 @@ typedef struct {
   float *cs;     /* [T, B, H] */
   float *mask;   /* [T, B] or NULL */
   gboolean reverse;
+  const float *zh, *zc;   /* zoneout weights [T, B, H] or NULL */
 } LstmSeqSaved;
 
 /* Gates and new state of one row from its pre-activations G [4H]. */
@@ -159,7 +160,7 @@ lstm_row_forward (int H, const float *G, const float *cp, float *s, float *ho, f
 static void
 lstm_seq_forward_rows (int T, int B, int H, int b0, int b1, gboolean rev, const float *xp, const float *h0,
                        const float *c0, const float *w, const float *wp, const float *mask, float *hs, float *cs,
-                       float *sv, float *G, int ldg, gboolean keep, int ldx)
+                       float *sv, float *G, int ldg, gboolean keep, int ldx, const float *zh, const float *zc)
 {
   for (int k = 0; k < T && b1 > b0; k++) {
     int t = rev ? T - 1 - k : k, tp = rev ? t + 1 : t - 1;
@@ -185,6 +186,14 @@ lstm_seq_forward_rows (int T, int B, int H, int b0, int b1, gboolean rev, const 
       for (int j = 0; j < 4 * H; j++)
         gr[j] += x[j];
       lstm_row_forward (H, gr, cp + (size_t) b * H, s, ho, co);
+      if (zh) {   /* zoneout: d of the units keep their previous value */
+        const float *dh = zh + row * H, *dc = zc + row * H, *hpr = hp + (size_t) b * H, *cpr = cp + (size_t) b * H;
+#pragma omp simd
+        for (int j = 0; j < H; j++) {
+          ho[j] = dh[j] * hpr[j] + (1.0f - dh[j]) * ho[j];
+          co[j] = dc[j] * cpr[j] + (1.0f - dc[j]) * co[j];
+        }
+      }
     }
   }
 }
@@ -197,7 +206,7 @@ static void
 lstm_seq_backward_rows (int T, int B, int H, int b0, int b1, gboolean rev, const float *dhs, const float *hs,
                         const float *c0, const float *cs, const float *sv, const float *mask, const float *w,
                         const float *wpt, float *dG, float *dxp, int ldx, float *carry_h, float *carry_c, float *C,
-                        int ldc)
+                        int ldc, const float *zh, const float *zc)
 {
   for (int k = T - 1; k >= 0 && b1 > b0; k--) {
     int t = rev ? T - 1 - k : k, tp = rev ? t + 1 : t - 1;
@@ -215,16 +224,34 @@ lstm_seq_backward_rows (int T, int B, int H, int b0, int b1, gboolean rev, const
         continue;
       }
       const float *s = sv + row * 5 * H, *cp = cprev + (size_t) b * H;
+      if (zh) {
+        /* zoneout: h = d_h h_prev + (1 - d_h) h~, c likewise; the kept
+         * part of the gradient goes straight to the previous state */
+        const float *zhr = zh + row * H, *zcr = zc + row * H;
 #pragma omp simd
-      for (int j = 0; j < H; j++) {
-        float i_ = s[j], f = s[H + j], gg = s[2 * H + j], o = s[3 * H + j], tc = s[4 * H + j];
-        float dct = dc[j] + dh[j] * o * (1.0f - tc * tc);
-        gr[j] = dct * gg * i_ * (1.0f - i_);
-        gr[H + j] = dct * cp[j] * f * (1.0f - f);
-        gr[2 * H + j] = dct * i_ * (1.0f - gg * gg);
-        gr[3 * H + j] = dh[j] * tc * o * (1.0f - o);
-        dc[j] = dct * f;
-        dh[j] = 0.0f;
+        for (int j = 0; j < H; j++) {
+          float i_ = s[j], f = s[H + j], gg = s[2 * H + j], o = s[3 * H + j], tc = s[4 * H + j];
+          float dhn = (1.0f - zhr[j]) * dh[j];
+          float dct = (1.0f - zcr[j]) * dc[j] + dhn * o * (1.0f - tc * tc);
+          gr[j] = dct * gg * i_ * (1.0f - i_);
+          gr[H + j] = dct * cp[j] * f * (1.0f - f);
+          gr[2 * H + j] = dct * i_ * (1.0f - gg * gg);
+          gr[3 * H + j] = dhn * tc * o * (1.0f - o);
+          dc[j] = dct * f + zcr[j] * dc[j];
+          dh[j] = zhr[j] * dh[j];
+        }
+      } else {
+#pragma omp simd
+        for (int j = 0; j < H; j++) {
+          float i_ = s[j], f = s[H + j], gg = s[2 * H + j], o = s[3 * H + j], tc = s[4 * H + j];
+          float dct = dc[j] + dh[j] * o * (1.0f - tc * tc);
+          gr[j] = dct * gg * i_ * (1.0f - i_);
+          gr[H + j] = dct * cp[j] * f * (1.0f - f);
+          gr[2 * H + j] = dct * i_ * (1.0f - gg * gg);
+          gr[3 * H + j] = dh[j] * tc * o * (1.0f - o);
+          dc[j] = dct * f;
+          dh[j] = 0.0f;
+        }
       }
       if (dxp) {
         float *dx = dxp + row * ldx;
@@ -260,6 +287,14 @@ PsmTensor *
 psm_lstm_seq_cols (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTensor *c0, PsmTensor *w,
                    const float *mask, gboolean reverse)
 {
+  return psm_lstm_seq_zoneout (g, xp, col0, h0, c0, w, mask, reverse, NULL, NULL);
+}
+
+PsmTensor *
+psm_lstm_seq_zoneout (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTensor *c0, PsmTensor *w,
+                      const float *mask, gboolean reverse, const float *zh, const float *zc)
+{
+  g_return_val_if_fail ((zh == NULL) == (zc == NULL), NULL);
   g_return_val_if_fail (xp && xp->ndim == 3 && h0 && c0 && w, NULL);
   int T = xp->shape[0], B = xp->shape[1], H = psm_tensor_cols (h0), ldx = xp->shape[2];
   g_return_val_if_fail (T > 0 && col0 >= 0 && col0 + 4 * H <= ldx && psm_tensor_rows (h0) == B, NULL);
@@ -284,7 +319,7 @@ psm_lstm_seq_cols (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTenso
       float *row_sv = keep ? NULL : psm_xmalloc (5 * H * sizeof (float), "LSTM scratch");
       psm_pack_shared (H, 4 * H, w->data, 4 * H, FALSE, wp);
       lstm_seq_forward_rows (T, B, H, b0, b1, reverse, xp->data + col0, h0->data, c0->data, w->data, wp, mask,
-                             out->data, cs, keep ? sv : row_sv, G, ldg, keep, ldx);
+                             out->data, cs, keep ? sv : row_sv, G, ldg, keep, ldx, zh, zc);
       free (row_sv);
       free (G);
     }
@@ -293,7 +328,7 @@ psm_lstm_seq_cols (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTenso
     float *G = psm_xmalloc ((size_t) B * ldg * sizeof (float), "LSTM scratch");
     float *row_sv = keep ? NULL : psm_xmalloc (5 * H * sizeof (float), "LSTM scratch");
     lstm_seq_forward_rows (T, B, H, 0, B, reverse, xp->data + col0, h0->data, c0->data, w->data, NULL, mask,
-                           out->data, cs, keep ? sv : row_sv, G, ldg, keep, ldx);
+                           out->data, cs, keep ? sv : row_sv, G, ldg, keep, ldx, zh, zc);
     free (row_sv);
     free (G);
   }
@@ -306,6 +341,8 @@ psm_lstm_seq_cols (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTenso
     s->cs = cs;
     s->mask = psm_graph_dup (g, mask, (size_t) T * B * sizeof (float));
     s->reverse = reverse;
+    s->zh = zh;   /* the caller keeps them until the backward pass */
+    s->zc = zc;
     n->saved = s;
     n->iarg[0] = col0;
   }
@@ -335,14 +372,14 @@ psm_lstm_seq_backward (PsmNode *n)
       float *C = psm_xaligned ((size_t) MAX (b1 - b0, 1) * ldc * sizeof (float), "LSTM scratch");
       psm_pack_shared (4 * H, H, w->data, 4 * H, TRUE, wpt);   /* op(W) = W^T [4H, H] */
       lstm_seq_backward_rows (T, B, H, b0, b1, rev, out->grad, out->data, c0->data, s->cs, s->sv, s->mask,
-                              w->data, wpt, dG, dxp, ldx, carry_h, carry_c, C, ldc);
+                              w->data, wpt, dG, dxp, ldx, carry_h, carry_c, C, ldc, s->zh, s->zc);
       free (C);
     }
     free (wpt);
   } else {
     float *C = psm_xmalloc ((size_t) B * ldc * sizeof (float), "LSTM scratch");
     lstm_seq_backward_rows (T, B, H, 0, B, rev, out->grad, out->data, c0->data, s->cs, s->sv, s->mask, w->data,
-                            NULL, dG, dxp, ldx, carry_h, carry_c, C, ldc);
+                            NULL, dG, dxp, ldx, carry_h, carry_c, C, ldc, s->zh, s->zc);
     free (C);
   }
   if (h0->grad)

@@ -14,7 +14,7 @@
 #include "psm-params.h"
 G_BEGIN_DECLS
 
-#define PSM_CHECKPOINT_VERSION 2
+#define PSM_CHECKPOINT_VERSION 3
 /* No run has more updates than this (train.steps' upper bound). */
 #define PSM_MAX_STEPS 1000000000L
 
@@ -22,6 +22,11 @@ typedef struct {
   long step;
   PsmRng rng;
   double best_metric;     /* best validation score so far (for --resume) */
+  /* version 3: the plateau schedule's state (version 2 files read as 1,
+   * NAN, 0) */
+  double lr_scale;        /* factor on the learning rate so far */
+  double last_metric;     /* the previous validation score (NAN: none) */
+  long bad_evals;         /* validations in a row without a new best */
 } PsmCheckpointMeta;
 
 /* Records optim's name and settings (optim may be NULL: none recorded) and,

@@ -37,6 +37,9 @@ typedef struct {
   int state_dim;      /* decoder state s_t size the head sees */
   int context_dim;    /* decoder context c_t size (0: none) */
   gboolean has_attention;   /* decoder provides attention over the source */
+  /* ABI 1.6: the parameter id of the token embedding table [V, emb_dim]
+   * (a head may tie its output weights to it, Press & Wolf 2017) */
+  int emb_param;
 } PsmBuildCtx;
 
 /* Registers ctx->prefix + name; returns the parameter id. */

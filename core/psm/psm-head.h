@@ -21,6 +21,14 @@ typedef struct {
   PsmTensor *attn;       /* [Ty, B, T] */
   PsmTensor *coverage;   /* [Ty, B, T] */
   PsmTensor *input;      /* [Ty, B, E] */
+  /* ABI 1.6, stream tasks whose head has a history (PsmHeadClass.history):
+   * the last P annotations of the earlier segments of each stream [P, B, H]
+   * (a copy, no gradient) and their words [P, B] (-1 where the stream has
+   * none: before its start, or after a reset). Position P - 1 is the one
+   * just before this segment's first. */
+  int P;
+  PsmTensor *past;
+  const int32_t *past_ids;
 } PsmDecOut;
 
 typedef struct {
@@ -48,6 +56,17 @@ typedef struct {
    * decoder's JSON output and the mean p_gen of evaluations. */
   PsmTensor *(*gate) (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc,
                       const PsmDecOut *out, const PsmBatch *batch);
+  /* ABI 1.6, optional, stream tasks: how many earlier positions of each
+   * stream the head reads (the pointer sentinel: L - 1); the core keeps
+   * them from segment to segment and hands them over in PsmDecOut.past. */
+  int (*history) (void *self);
+  /* ABI 1.6, optional, stream tasks: per target position r of the batch
+   * ([Ty, B] order), logp[r] = log p(tgt[r]) and, where the head has a
+   * gate, gate[r] = its probability of the vocabulary softmax (NAN
+   * without); for per-token evaluation records (psm-run --mode eval
+   * --out). Rows with tgt_mask 0 are left as they are. */
+  void (*token_logp) (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const PsmDecOut *out,
+                      const PsmBatch *batch, float *logp, float *gate);
 } PsmHeadClass;
 
 G_END_DECLS

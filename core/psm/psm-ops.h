@@ -89,6 +89,49 @@ PsmTensor *psm_lstm_seq (PsmGraph *g, PsmTensor *xp, PsmTensor *h0, PsmTensor *c
 PsmTensor *psm_lstm_seq_cols (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTensor *c0, PsmTensor *w,
                               const float *mask, gboolean reverse);
 
+/* ABI 1.6, zoneout (Krueger et al. 2016) on the recurrent state: with
+ * weights zh, zc [T, B, H] (NULL: none), the state after position t is
+ *   h = zh h_prev + (1 - zh) h~,  c = zc c_prev + (1 - zc) c~
+ * where (h~, c~) is the cell's output (h~ from c~, as Krueger et al.'s eq.).
+ * Training passes 0/1 draws, evaluation the expectation z
+ * (psm_zoneout_weights); the arrays must live until the backward pass (the
+ * graph's arena does). */
+PsmTensor *psm_lstm_seq_zoneout (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTensor *c0, PsmTensor *w,
+                                 const float *mask, gboolean reverse, const float *zh, const float *zc);
+
+/* --- regularisers (core/ops/dropout.c), ABI 1.6 --- */
+/* Locked (variational) dropout: x [T, B, C] times one mask [B, C] of
+ * [u >= p] / (1 - p), the same at every step (2-D x: plain dropout); x
+ * itself when the graph has no training rng or p = 0. */
+PsmTensor *psm_locked_dropout (PsmGraph *g, PsmTensor *x, float p);
+/* n zoneout weights in the graph's arena: Bernoulli(z) draws (1 = keep the
+ * previous value) from the training rng, or z everywhere without one. */
+float *psm_zoneout_weights (PsmGraph *g, float z, size_t n);
+
+/* --- the pointer sentinel (core/ops/window.c), ABI 1.6 --- */
+/* Scores over a sliding window of the last L positions of a stream, and a
+ * sentinel (Merity et al. eq. 1 and §2.4): for row r = (t, b) of q [T, B, H]
+ *   out[r, j] = q[t, b] . h(t - L + 1 + j, b)   j = 0 .. L - 1
+ *   out[r, L] = q[t, b] . s                      (s [H], the sentinel)
+ * where h(p, b) is cur[p, b] for p >= 0 (this segment, [T, B, H]) and
+ * past[P + p, b] for p < 0 (the last P positions of earlier segments,
+ * [P, B, H], no gradient; may be NULL with P = 0). wid [T B, L]: the word at
+ * each window slot, < 0 where there is none (before the stream's start,
+ * padding): those scores are -inf. */
+PsmTensor *psm_window_scores (PsmGraph *g, PsmTensor *q, PsmTensor *cur, PsmTensor *past, PsmTensor *s,
+                              const int32_t *wid, int L);
+/* The window's word ids for psm_window_scores: wid[(t, b), j] is the word at
+ * position t - L + 1 + j of stream b (cur_ids [T, B] with cur_mask [T, B],
+ * past_ids [P, B]; -1 where none). Returned in the graph's arena. */
+int32_t *psm_window_ids (PsmGraph *g, int T, int B, int L, const int32_t *cur_ids, const float *cur_mask,
+                         const int32_t *past_ids, int P);
+/* Pointer-sentinel NLL (§2.6): a = softmax(scores[r]) over L + 1, g = a[L],
+ *   p_r = g exp(lgen_r) + sum_{j < L, wid[r, j] == y_r} a[r, j]
+ * the scalar -(1/W) sum_r w_r log max(p_r, 1e-30) (y_r < 0 skipped).
+ * lgen [R] or [R, 1]: log p_vocab(y_r) (psm_pick_log_softmax). */
+PsmTensor *psm_sentinel_nll (PsmGraph *g, PsmTensor *scores, PsmTensor *lgen, const int32_t *wid,
+                             const int32_t *targets, const float *weights);
+
 /* --- attention (core/ops/attention.c) --- */
 /* ctx[b] = sum_t a[b, t] v[t, b, :]; a [B, T], v [T, B, H] -> [B, H]. */
 PsmTensor *psm_attend (PsmGraph *g, PsmTensor *a, PsmTensor *v);

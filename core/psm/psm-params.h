@@ -63,6 +63,9 @@ void psm_optim_free (PsmOptim *o);
 /* One update from the current gradients; step counts from 0. */
 void psm_optim_step (PsmOptim *o, long step);
 double psm_optim_lr (const PsmOptim *o, long step);
+/* ABI 1.6: a factor on every learning rate (the plateau schedule's
+ * halvings, train.optimizer.plateau_factor); starts at 1. */
+void psm_optim_set_lr_scale (PsmOptim *o, double scale);
 const char *psm_optim_name (const PsmOptim *o);
 const PsmOptConfig *psm_optim_config (const PsmOptim *o);
 /* Name of an optimiser kind ("sgd", ...); NULL if out of range. */

@@ -24,9 +24,13 @@ G_BEGIN_DECLS
  * PsmTaskCtx.eval_only (a task may leave its training split unread),
  * psm_lstm_seq_cols. 1.5: stream tasks (language modelling):
  * PsmTaskInfo.streams, PsmBatch.keep, PsmEncoderClass.carry_dim,
- * PsmEncoding.carry_in/carry_out. */
+ * PsmEncoding.carry_in/carry_out. 1.6: the pointer sentinel LM —
+ * PsmHeadClass.history and .token_logp, PsmDecOut.P/past/past_ids,
+ * PsmBuildCtx.emb_param, psm_graph_set_rng/psm_graph_rng,
+ * psm_locked_dropout, psm_zoneout_weights, psm_lstm_seq_zoneout,
+ * psm_window_ids, psm_window_scores, psm_sentinel_nll. */
 #define PSM_ABI_MAJOR 1
-#define PSM_ABI_MINOR 5
+#define PSM_ABI_MINOR 6
 #define PSM_PLUGIN_ENTRY_SYMBOL "psm_plugin_entry"
 
 typedef enum {

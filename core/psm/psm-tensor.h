@@ -15,6 +15,7 @@
 #include <glib.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "psm-rng.h"
 
 G_BEGIN_DECLS
 
@@ -49,6 +50,12 @@ void psm_graph_free (PsmGraph *g);
 void psm_graph_reset (PsmGraph *g);
 void psm_graph_set_grad (PsmGraph *g, gboolean enabled);
 gboolean psm_graph_grad_enabled (const PsmGraph *g);
+/* ABI 1.6: the random stream of a training step (the core sets it around
+ * the loss of a training batch and clears it for evaluation). Regularisers
+ * that are random in training and deterministic otherwise (dropout,
+ * zoneout) draw from it when it is set. */
+void psm_graph_set_rng (PsmGraph *g, PsmRng *rng);
+PsmRng *psm_graph_rng (PsmGraph *g);
 PsmArena *psm_graph_arena (PsmGraph *g);
 size_t psm_graph_n_nodes (const PsmGraph *g);
 

@@ -9,7 +9,13 @@
  * PsmEncoding.carry_in and ends in carry_out [B, 2 L H] (h of layer 1..L,
  * then c of layer 1..L); no gradient crosses the segment boundary
  * (truncated backpropagation through time). Parameters uniform in
- * [-init_scale, init_scale], as Zaremba et al. */
+ * [-init_scale, init_scale], as Zaremba et al.
+ * Regularisation (Merity et al. §5.2, both 0.5 in the paper): locked
+ * (variational) dropout — one mask per stream and unit for the whole
+ * segment — on every layer's input and on the last layer's output
+ * (`dropout`), and zoneout on the recurrent state h and c of every layer
+ * (`zoneout`: a unit keeps its previous value with that probability in
+ * training; in evaluation it takes the expectation, z h_prev + (1 - z) h~). */
 #include <string.h>
 #include <psm/psm.h>
 
@@ -17,6 +23,7 @@
 
 typedef struct {
   int E, H, L;
+  float dropout, zoneout;
   int w_x[MAX_LAYERS], b_x[MAX_LAYERS], w_h[MAX_LAYERS];
 } LstmLm;
 
@@ -25,6 +32,9 @@ static const PsmParamSpec params[] = {
   { "layers", PSM_PARAM_INT, "2", 1, MAX_LAYERS, "stacked LSTM layers L", NULL },
   { "init_scale", PSM_PARAM_FLOAT, "0.05", 0.0, 10.0, "parameters uniform in [-s, s] (Zaremba et al.: 0.05)",
     NULL },
+  { "dropout", PSM_PARAM_FLOAT, "0", 0.0, 0.95, "locked dropout on each layer's input and the output (paper: 0.5)",
+    NULL },
+  { "zoneout", PSM_PARAM_FLOAT, "0", 0.0, 0.95, "zoneout probability of the recurrent h and c (paper: 0.5)", NULL },
   PSM_PARAM_END
 };
 
@@ -36,6 +46,8 @@ ll_create (const PsmSection *cfg, const PsmBuildCtx *ctx, GError **error)
   s->H = (int) psm_section_int (cfg, "hidden");
   s->L = (int) psm_section_int (cfg, "layers");
   float sc = (float) psm_section_float (cfg, "init_scale");
+  s->dropout = (float) psm_section_float (cfg, "dropout");
+  s->zoneout = (float) psm_section_float (cfg, "zoneout");
   for (int l = 0; l < s->L; l++) {
     char name[32];
     g_snprintf (name, sizeof name, "w_x%d", l + 1);
@@ -69,13 +81,19 @@ ll_encode (void *self, PsmGraph *g, PsmParams *p, PsmTensor *emb, const float *m
   for (int l = 0; l < L; l++) {
     PsmTensor *h0 = carry ? psm_slice (g, carry, l * H, H) : psm_tensor_zeros (g, 2, sh, FALSE);
     PsmTensor *c0 = carry ? psm_slice (g, carry, (L + l) * H, H) : psm_tensor_zeros (g, 2, sh, FALSE);
+    x = psm_locked_dropout (g, x, s->dropout);
     PsmTensor *xp = psm_linear (g, x, psm_param (g, p, s->w_x[l]), psm_param (g, p, s->b_x[l]));
-    PsmTensor *seq = psm_lstm_seq (g, xp, h0, c0, psm_param (g, p, s->w_h[l]), mask, FALSE);
+    const float *zh = NULL, *zc = NULL;
+    if (s->zoneout > 0.0f) {
+      zh = psm_zoneout_weights (g, s->zoneout, (size_t) T * B * H);
+      zc = psm_zoneout_weights (g, s->zoneout, (size_t) T * B * H);
+    }
+    PsmTensor *seq = psm_lstm_seq_zoneout (g, xp, 0, h0, c0, psm_param (g, p, s->w_h[l]), mask, FALSE, zh, zc);
     x = psm_tensor_view (g, seq, 0, 3, seq_shape);
     ends_h[l] = psm_tensor_step (g, seq, T - 1);   /* padding carries the state to the end */
     ends_c[l] = psm_tensor_step (g, seq, T);
   }
-  out->annotations = x;
+  out->annotations = psm_locked_dropout (g, x, s->dropout);
   out->summary = ends_h[L - 1];
   /* the end state, as carry_in is laid out */
   PsmTensor *end = ends_h[0];

@@ -228,7 +228,7 @@ ps_slot_token (void *self, const PsmBatch *batch, int b, int slot)
 }
 
 static const PsmHeadClass klass = {
-  sizeof (PsmHeadClass), ps_create, ps_destroy, ps_loss, ps_space, ps_scores, ps_slot_token, NULL, NULL
+  sizeof (PsmHeadClass), ps_create, ps_destroy, ps_loss, ps_space, ps_scores, ps_slot_token, NULL, NULL, NULL, NULL
 };
 
 PSM_PLUGIN (PSM_KIND_HEAD, "pointer_softmax",

@@ -4,19 +4,23 @@
  * See et al.'s baseline, P_vocab = softmax(V'(V [s_t; h*_t] + b) + b'),
  * eq. 4). With a decoder that has a context h*_t, s is [s_t; h*_t]. Loss:
  * mean cross-entropy of the shortlist target (unk where the word is
- * outside). */
+ * outside). With tie_embedding the output weights are the token embedding
+ * table, W = E^T (Press & Wolf 2017; Inan et al. 2017): u must have the
+ * embedding's width and the table the shortlist's rows. */
 #include <psm/psm.h>
 #include <string.h>
 
 typedef struct {
   int H, V, hidden;
-  gboolean linear, with_context;
+  gboolean linear, with_context, tied;
   int w_u, b_u, w_o, b_o;
 } Softmax;
 
 static const PsmParamSpec params[] = {
   { "hidden", PSM_PARAM_INT, "0", 0, 16384, "layer before the softmax (0 = none)", NULL },
   { "activation", PSM_PARAM_CHOICE, "tanh", PSM_NO_RANGE, "of that layer (linear: See et al.'s eq. 4)", "tanh|linear" },
+  { "tie_embedding", PSM_PARAM_BOOL, "false", PSM_NO_RANGE, "output weights = the token embedding table (transposed)",
+    NULL },
   PSM_PARAM_END
 };
 
@@ -35,7 +39,22 @@ sm_create (const PsmSection *cfg, const PsmBuildCtx *ctx, GError **error)
     s->b_u = psm_build_vector (ctx, "b_u", s->hidden, PSM_INIT_ZEROS, 0);
     in = s->hidden;
   }
-  s->w_o = psm_build_matrix (ctx, "w_o", in, s->V, PSM_INIT_XAVIER, 0);
+  s->tied = psm_section_bool (cfg, "tie_embedding");
+  if (s->tied) {
+    int nd, es[PSM_MAX_DIMS];
+    psm_params_shape (ctx->params, ctx->emb_param, &nd, es);
+    if (es[1] != in || es[0] != s->V) {
+      g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID,
+                   "%s: the embedding table is [%d, %d] but the output layer needs [%d, %d] (set model.embedding.dim "
+                   "to %d, or the head's hidden to %d, and use one vocabulary)",
+                   psm_section_where (cfg, "tie_embedding"), es[0], es[1], s->V, in, in, es[1]);
+      g_free (s);
+      return NULL;
+    }
+    s->w_o = ctx->emb_param;
+  } else {
+    s->w_o = psm_build_matrix (ctx, "w_o", in, s->V, PSM_INIT_XAVIER, 0);
+  }
   s->b_o = psm_build_vector (ctx, "b_o", s->V, PSM_INIT_ZEROS, 0);
   return s;
 }
@@ -51,6 +70,8 @@ logits (Softmax *s, PsmGraph *g, PsmParams *p, PsmTensor *state, PsmTensor *cont
     if (!s->linear)
       u = psm_tanh (g, u);
   }
+  if (s->tied)
+    return psm_add (g, psm_matmul (g, u, psm_param (g, p, s->w_o), FALSE, TRUE), psm_param (g, p, s->b_o));
   return psm_linear (g, u, psm_param (g, p, s->w_o), psm_param (g, p, s->b_o));
 }
 
@@ -76,8 +97,19 @@ sm_scores (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const 
 
 static int32_t sm_slot_token (void *self, const PsmBatch *batch, int b, int slot) { return slot; }
 
+static void
+sm_token_logp (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const PsmDecOut *out,
+               const PsmBatch *batch, float *logp, float *gate)
+{
+  PsmTensor *lp = psm_pick_log_softmax (g, logits (self, g, p, out->state, out->context), batch->tgt);
+  for (int r = 0; r < out->Ty * out->B; r++)
+    if (batch->tgt_mask[r] != 0.0f)
+      logp[r] = lp->data[r];
+}
+
 static const PsmHeadClass klass = {
-  sizeof (PsmHeadClass), sm_create, sm_destroy, sm_loss, sm_space, sm_scores, sm_slot_token, NULL, NULL
+  sizeof (PsmHeadClass), sm_create, sm_destroy, sm_loss, sm_space, sm_scores, sm_slot_token, NULL, NULL, NULL,
+  sm_token_logp
 };
 
 PSM_PLUGIN (PSM_KIND_HEAD, "softmax", "softmax over the shortlist vocabulary (the baseline)", params, NULL, &klass)

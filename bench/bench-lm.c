@@ -1,0 +1,152 @@
+/* bench-lm — the word-level LSTM language model of Merity et al.'s medium
+ * setting in psm (pipelines/ptb_lstm.cfg or, with BENCH_LM_CFG,
+ * ptb_sentinel.cfg), the computation bench/lm_torch.py does in PyTorch.
+ *   bench-lm train SECONDS [k=v ...]  training steps on the real PTB training
+ *                                     stream (batch 32 x BPTT 100, SGD,
+ *                                     clip 1), after two warm-up steps
+ *   bench-lm eval [k=v ...]           the whole PTB test split, timed
+ * k=v are --set assignments (e.g. model.encoder.zoneout=0). Run from the
+ * build tree (PSM_PLUGIN_PATH=plugins/.libs); parameters at their random
+ * initial values (the speed does not depend on them). Prints words/s,
+ * GEMM GFLOP/s and their share of this machine's sgemm 2048^3. */
+#include "config.h"
+#include <cblas.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include "psm-private.h"
+
+static void
+die (GError *e)
+{
+  fprintf (stderr, "bench-lm: %s\n", e->message);
+  exit (1);
+}
+
+static double
+peak_rss_mb (void)
+{
+  struct rusage ru;
+  getrusage (RUSAGE_SELF, &ru);
+  return ru.ru_maxrss / 1024.0;
+}
+
+static double
+sgemm_peak (void)
+{
+  const int n = 2048;
+  float *a = malloc (sizeof (float) * n * n), *b = malloc (sizeof (float) * n * n), *c = malloc (sizeof (float) * n * n);
+  for (long i = 0; i < (long) n * n; i++)
+    a[i] = b[i] = (float) (i % 7) / 7.0f;
+  cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+  gint64 t0 = g_get_monotonic_time ();
+  int it = 0;
+  do {
+    cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+    it++;
+  } while (g_get_monotonic_time () - t0 < 1000000);
+  double gf = 2.0 * n * n * n * it / (1e-6 * (double) (g_get_monotonic_time () - t0)) / 1e9;
+  free (a); free (b); free (c);
+  return gf;
+}
+
+/* GEMM FLOPs a word, forward: the input projections and recurrences of L
+ * layers, the softmax's projection, and the sentinel's query. */
+static double
+gemm_flops_word (int E, int H, int L, int V, gboolean sentinel)
+{
+  double f = 2.0 * (E * 4.0 * H + H * 4.0 * H) + (L - 1) * 2.0 * (H * 4.0 * H + H * 4.0 * H) + 2.0 * H * V;
+  return f + (sentinel ? 2.0 * H * H : 0.0);
+}
+
+int
+main (int argc, char **argv)
+{
+  if (argc < 2 || (strcmp (argv[1], "train") && strcmp (argv[1], "eval")) || (!strcmp (argv[1], "train") && argc < 3)) {
+    fprintf (stderr, "usage: bench-lm train SECONDS [k=v ...] | bench-lm eval [k=v ...]\n");
+    return 2;
+  }
+  gboolean train = strcmp (argv[1], "train") == 0;
+  int first_set = train ? 3 : 2;
+  const char **sets = g_new0 (const char *, argc + 2);
+  int ns = 0;
+  sets[ns++] = "run.dir=\"/nonexistent/bench-lm\"";
+  for (int i = first_set; i < argc; i++)
+    sets[ns++] = argv[i];
+  GError *e = NULL;
+  const char *cfg = g_getenv ("BENCH_LM_CFG") ? g_getenv ("BENCH_LM_CFG") : "pipelines/ptb_lstm.cfg";
+  PsmPipeline *pl = psm_pipeline_load (cfg, sets, &e);
+  if (!pl)
+    die (e);
+  PsmModel *m = psm_model_new (pl, FALSE, &e);
+  if (!m)
+    die (e);
+  const PsmSection *enc = psm_pipeline_section (pl, "model.encoder");
+  int E = (int) psm_section_int (psm_pipeline_section (pl, "model.embedding"), "dim");
+  int H = (int) psm_section_int (enc, "hidden"), L = (int) psm_section_int (enc, "layers");
+  const PsmTaskClass *tk;
+  void *task = psm_model_task (m, &tk);
+  PsmTaskInfo info = { .size = sizeof info };
+  tk->info (task, &info);
+  const char *head = psm_pipeline_plugin (pl, "model.head")->desc->name;
+  gboolean sentinel = strcmp (head, "pointer_sentinel") == 0;
+  double fw = gemm_flops_word (E, H, L, info.tgt_vocab, sentinel);
+  if (train) {
+    double secs = atof (argv[2]);
+    PsmParams *params = psm_model_params (m);
+    PsmOptConfig oc = { .kind = PSM_OPT_SGD, .lr = 5.0 };
+    PsmOptim *o = psm_optim_new (&oc, params);
+    PsmGraph *g = psm_model_graph (m);
+    PsmBatch *b = psm_model_batch (m);
+    PsmRng rng;
+    psm_rng_seed (&rng, 1);
+    int B = (int) psm_section_int (psm_pipeline_section (pl, "train"), "batch");
+    gint64 t0 = 0;
+    long steps = 0, warm = 2;
+    double words = 0;
+    float lv = 0;
+    for (;; steps++) {
+      if (steps == warm) {
+        t0 = g_get_monotonic_time ();
+        words = 0;
+      }
+      if (steps > warm + 1 && g_get_monotonic_time () - t0 >= secs * 1e6)
+        break;
+      if (!psm_model_train_batch (m, B, &rng, &e))
+        die (e);
+      psm_graph_reset (g);
+      PsmTensor *loss = psm_model_loss (m, g, b);
+      lv = loss->data[0];
+      psm_backward (g, loss);
+      psm_params_clip (params, 1.0);
+      psm_optim_step (o, steps);
+      psm_params_zero_grad (params);
+      for (int i = 0; i < b->Ty * b->B; i++)
+        words += b->tgt_mask[i];
+    }
+    double dt = 1e-6 * (double) (g_get_monotonic_time () - t0), wps = words / dt, peak = sgemm_peak ();
+    printf ("psm train %s, head %s, %dx%d, V=%d: %.1f ms/step, %.0f words/s, loss %.3f, peak RSS %.0f MB "
+            "(%ld timed steps, %d threads)\n", cfg, head, L, H, info.tgt_vocab, 1e3 * dt / (steps - warm), wps, lv,
+            peak_rss_mb (), steps - warm, omp_get_max_threads ());
+    printf ("psm train: %.1f GEMM GFLOP/s = %.1f %% of sgemm 2048^3 (%.1f GFLOP/s)\n", 3 * fw * wps / 1e9,
+            100 * 3 * fw * wps / 1e9 / peak, peak);
+    psm_optim_free (o);
+  } else {
+    PsmEvalOptions eo = { 0, TRUE, NULL, NULL, NULL, FALSE };
+    PsmEvalResult r;
+    gint64 t0 = g_get_monotonic_time ();
+    if (!psm_model_evaluate (m, PSM_SPLIT_TEST, &eo, &r, &e))
+      die (e);
+    double dt = 1e-6 * (double) (g_get_monotonic_time () - t0);
+    printf ("psm eval %s, head %s, %dx%d: PTB test (%ld words, eval batch %d) in %.2f s, %.0f words/s, "
+            "%.1f GEMM GFLOP/s, peak RSS %.0f MB (%d threads)\n", cfg, head, L, H, r.n_examples,
+            (int) psm_section_int (psm_pipeline_section (pl, "eval"), "batch"), dt, r.n_examples / dt,
+            fw * r.n_examples / dt / 1e9, peak_rss_mb (), omp_get_max_threads ());
+  }
+  g_free (sets);
+  psm_model_free (m);
+  psm_pipeline_free (pl);
+  return 0;
+}
