@@ -201,6 +201,13 @@ psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error)
     ok = TRUE;
     goto out_timer;
   }
+  if (patience > 0 && meta.bad_evals >= patience) {
+    if (!opt->quiet)
+      printf ("nothing to train: %s stopped at step %ld after %ld validations without a new best (raise "
+              "train.patience to go on)\n", last, meta.step, meta.bad_evals);
+    ok = TRUE;
+    goto out_timer;
+  }
   if (!opt->quiet)
     printf ("training %s: %ld steps of %d examples, %zu parameters, run folder %s\n",
             psm_pipeline_file (pl), steps, B, psm_params_size (params), dir);

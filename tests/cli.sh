@@ -314,6 +314,8 @@ cp_cfg 'plugin = "softmax";' cp_pat "patience = 2; eval_every = 20;" 'name = "ad
   sed 's/eval_every = 100;//' > "$tmp/cp_pat.cfg"
 expect 0 "train.patience: stops after 2 validations without a new best" \
   "stopping at step 60: 2 validations without improving on the best" -- "$run" --mode train "$tmp/cp_pat.cfg"
+expect 0 "train.patience: --resume after an early stop trains nothing" "nothing to train: .* stopped at step 60" -- \
+  "$run" --mode train --resume "$tmp/cp_pat.cfg"
 cp_cfg 'plugin = "softmax";' cp_pl "eval_every = 20;" 'name = "adam"; lr = 0.3; plateau_factor = 0.5;' |
   sed 's/eval_every = 100;//' > "$tmp/cp_pl.cfg"
 expect 0 "plateau_factor: lr halved after a worse validation" "validation worse than the one before: learning rate now 0.15" -- \
