@@ -65,6 +65,7 @@ psm_batch_reserve (PsmBatch *b, int B, int T, int Ty)
   for (int i = 0; i < B; i++)
     b->example_id[i] = -1;
   memset (b->keep, 0, (size_t) B * sizeof *b->keep);
+  b->advance = 0;
   if (b->oov_words)
     g_ptr_array_set_size (b->oov_words, 0);
   b->ext_base = 0;
@@ -182,6 +183,10 @@ psm_batch_validate (const PsmBatch *b, const PsmTaskInfo *info, int max_B, const
     for (int i = 0; i < b->B; i++)
       if (!is_01 (b->keep[i]))
         BAD ("keep[example %d] = %g (expected 0 or 1)", i, b->keep[i]);
+    if (b->advance < 0 || b->advance > b->T)
+      BAD ("advance %d outside [0, T = %d]", b->advance, b->T);
+  } else if (b->advance != 0) {
+    BAD ("advance %d in a task that is not over streams", b->advance);
   }
   return TRUE;
 }

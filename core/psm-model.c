@@ -48,6 +48,7 @@ struct PsmModel {
   int32_t *hist_ids[2];
   int hist_rows[2];
   PsmRng *train_rng;            /* the training batch's stream (dropout) */
+  const PsmPlugin *enc_plugin;  /* its ABI minor: does it know carry_at? */
   gboolean check_mode;          /* psm_model_check_mode */
 };
 
@@ -197,6 +198,7 @@ psm_model_new (PsmPipeline *pl, gboolean check, GError **error)
   }
   PsmBuildCtx ctx = { sizeof ctx, m->params, "encoder.", &m->info, E, 0, 0, 0, 0, FALSE, m->emb_id };
   m->ek = ep->desc->klass;
+  m->enc_plugin = ep;
   m->enc = m->ek->create (psm_pipeline_section (pl, "model.encoder"), &ctx, &e);
   if (!m->enc) {
     fail_create (error, e, "model.encoder", ep);
@@ -314,6 +316,7 @@ encode (PsmModel *m, PsmGraph *g, const PsmBatch *b, PsmEncoding *enc)
   enc->B = b->B;
   enc->mask = b->src_mask;
   enc->src = b->src;
+  enc->carry_at = b->advance > 0 && b->advance < b->T ? b->advance : 0;
   float *carry = NULL;
   if (m->streams && m->carry_k) {
     /* the state of the previous segment, zero where a stream starts */
@@ -369,7 +372,9 @@ history_prepare (PsmModel *m, const PsmBatch *b)
 static void
 history_push (PsmModel *m, const PsmBatch *b, const PsmEncoding *enc)
 {
-  int mode = m->carry_mode, P = m->hist_p, H = m->hist_h, B = b->B, T = b->T;
+  /* overlapping segments: the next one starts after the first `advance` */
+  int mode = m->carry_mode, P = m->hist_p, H = m->hist_h, B = b->B;
+  int T = b->advance > 0 && b->advance < b->T ? b->advance : b->T;
   float *hs = m->hist[mode];
   int32_t *ids = m->hist_ids[mode];
   size_t row = (size_t) B * H;
@@ -466,8 +471,20 @@ gboolean
 psm_model_train_batch (PsmModel *m, int B, PsmRng *rng, GError **error)
 {
   m->train_rng = m->check_mode ? NULL : rng;
-  return m->tk->train_batch (m->task, B, rng, &m->batch, error) &&
-         psm_batch_validate (&m->batch, &m->info, B, m->task_name, error);
+  if (!m->tk->train_batch (m->task, B, rng, &m->batch, error) ||
+      !psm_batch_validate (&m->batch, &m->info, B, m->task_name, error))
+    return FALSE;
+  const PsmBatch *b = &m->batch;
+  if (m->carry_k && b->advance > 0 && b->advance < b->T && m->enc_plugin->desc->abi_minor < 7) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
+                 "task '%s' gives overlapping segments (advance %d of %d positions) but encoder plugin '%s' (%s) "
+                 "was built for ABI %u.%u and cannot carry its state from inside a segment (PsmEncoding.carry_at, "
+                 "ABI 1.7): rebuild it, or train with segments side by side",
+                 m->task_name, b->advance, b->T, m->enc_plugin->desc->name, m->enc_plugin->path,
+                 m->enc_plugin->desc->abi_major, m->enc_plugin->desc->abi_minor);
+    return FALSE;
+  }
+  return TRUE;
 }
 
 PsmTensor *

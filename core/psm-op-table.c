@@ -44,6 +44,7 @@ const PsmOpInfo psm_op_table[PSM_OP_COUNT] = {
   [PSM_OP_LOCKED_DROPOUT] = { "locked_dropout", psm_locked_dropout_backward },
   [PSM_OP_WINDOW_SCORES] = { "window_scores", psm_window_scores_backward },
   [PSM_OP_SENTINEL_NLL] = { "sentinel_nll", psm_sentinel_nll_backward },
+  [PSM_OP_CONCAT_STEPS] = { "concat_steps", psm_concat_steps_backward },
 };
 
 /* tests/test-graph.c checks that every row has a name and a backward, so an

@@ -32,7 +32,7 @@ metrics = ( "error_rate" );
 CFG
 
 expect 0 "--help" "--resume" -- "$run" --help
-expect 0 "--version" "plugin ABI 1.6" -- "$run" --version
+expect 0 "--version" "plugin ABI 1.7" -- "$run" --version
 expect 0 "--list shows plugins and their parameters" "temperature" -- "$run" --list
 grep -q "rarest_word" "$tmp/out" && grep -q "train.optimizer" "$tmp/out" && ok "--list shows tasks and core sections" || bad "--list shows tasks and core sections"
 missing=""
@@ -287,6 +287,20 @@ ps=$(grep '^test (' "$tmp/cp_ps.out" | sed 's/.*perplexity \([0-9.]*\).*/\1/')
 if [ -n "$sm" ] && [ -n "$ps" ] && awk -v a="$sm" -v b="$ps" 'BEGIN { exit !(b < 0.5 * a) }'; then
   ok "sentinel: copies what the softmax cannot predict (perplexity $ps vs $sm)"
 else cat "$tmp/cp_sm.out" "$tmp/cp_ps.out" > "$tmp/out"; bad "sentinel: copies what the softmax cannot predict ($ps vs $sm)"; fi
+# Merity et al.'s k1 < k2 training: segments of 10 words 5 apart, the last
+# 5 scored (k1 = 1 checked for its wiring)
+sed 's/bptt = 10;/bptt = 10; stride = 5;/; s|dir = "[^"]*"|dir = "'"$tmp"'/cp_ps5"|' "$tmp/cp_ps.cfg" > "$tmp/cp_ps5.cfg"
+"$run" -q "$tmp/cp_ps5.cfg" > "$tmp/cp_ps5.out" 2>&1
+ps5=$(grep '^test (' "$tmp/cp_ps5.out" | sed 's/.*perplexity \([0-9.]*\).*/\1/')
+if [ -n "$sm" ] && [ -n "$ps5" ] && awk -v a="$sm" -v b="$ps5" 'BEGIN { exit !(b < 0.5 * a) }'; then
+  ok "sentinel: overlapping segments (stride 5 of bptt 10) learn to copy too (perplexity $ps5 vs $sm)"
+else cp "$tmp/cp_ps5.out" "$tmp/out"; bad "sentinel: overlapping segments learn to copy ($ps5 vs $sm)"; fi
+expect 0 "sentinel: --check with stride 1 (k1 = 1, k2 = bptt)" "check: OK" -- \
+  "$run" --check --set task.stride=1 "$tmp/cp_ps5.cfg"
+expect 1 "lm: overlapping segments refused with an encoder built before ABI 1.7" "built for ABI 1.6 and cannot carry" -- \
+  "$run" --check --set model.encoder.plugin=oldlm "$tmp/cp_ps5.cfg"
+expect 2 "lm: a stride beyond bptt is refused, naming the key" "stride 11 is longer than bptt 10" -- \
+  "$run" --check --set task.stride=11 "$tmp/cp_ps5.cfg"
 expect 0 "sentinel: --mode decode writes per-word records and the mean gate" "mean gate .* over 449 words" -- \
   "$run" --mode decode "$tmp/cp_ps.cfg"
 if awk -F '\t' 'NR % 9 >= 5 && NR % 9 <= 8 { rep += $4; nr++ } NR % 9 >= 1 && NR % 9 <= 3 { first += $4; nf++ }

@@ -4,7 +4,10 @@
  * carried through carry_in/carry_out, give the annotations of the whole
  * sequence run at once; padding at a stream's end keeps its end state; with
  * dropout and zoneout, the same check with fixed draws, and training draws
- * differ while evaluation is deterministic. */
+ * differ while evaluation is deterministic; a segment whose carry is taken
+ * from inside it (carry_at, overlapping segments) gives the same
+ * annotations, carries the state after carry_at positions, and is
+ * gradient-checked through both halves. */
 #include "config.h"
 #include <math.h>
 #include <string.h>
@@ -19,6 +22,7 @@ typedef struct {
   float emb[2 * T * B * E], gemb[2 * T * B * E];
   float carry[B * K];
   float mask[2 * T * B];
+  int carry_at;
 } Fix;
 
 static PsmTaskInfo info = { sizeof (PsmTaskInfo), 10, 10, 10, T, T, -1, -1, 0, TRUE };
@@ -32,6 +36,7 @@ encode (Fix *f, PsmGraph *g, float *emb, float *gemb, int Tn, const float *mask,
   out->T = Tn;
   out->B = B;
   out->carry_in = carry;
+  out->carry_at = f->carry_at;
   f->ek->encode (f->enc, g, f->params, psm_tensor_wrap (g, emb, gemb, 3, s), mask, out);
 }
 
@@ -67,6 +72,7 @@ setup_with (Fix *f, const char *text)
   psm_test_fill (f->carry, B * K, 0.8f, &rng);
   for (int i = 0; i < 2 * T * B; i++)
     f->mask[i] = 1.0f;
+  f->carry_at = 0;
 }
 
 static void setup (Fix *f) { setup_with (f, "plugin = \"lstm_lm\"; hidden = 3; layers = 2;"); }
@@ -168,6 +174,54 @@ START_TEST (test_lstm_lm_segments)
 }
 END_TEST
 
+START_TEST (test_lstm_lm_carry_at)
+{
+  static const char *cfgs[2] = { "plugin = \"lstm_lm\"; hidden = 3; layers = 2;",
+                                 "plugin = \"lstm_lm\"; hidden = 3; layers = 2; dropout = 0.4; zoneout = 0.3;" };
+  for (int c = 0; c < 2; c++) {
+    Fix f;
+    setup_with (&f, cfgs[c]);
+    psm_rng_seed (&reg_rng, 5);
+    PsmGraph *g = psm_graph_new ();
+    psm_graph_set_grad (g, FALSE);
+    for (int k = 1; k < T; k++) {
+      /* the same draws for the three runs: training rng restarted */
+      PsmEncoding whole, split, head;
+      PsmRng r = reg_rng;
+      psm_graph_set_rng (g, c ? &r : NULL);
+      f.carry_at = 0;
+      encode (&f, g, f.emb, NULL, T, f.mask, f.carry, &whole);
+      r = reg_rng;
+      f.carry_at = k;
+      encode (&f, g, f.emb, NULL, T, f.mask, f.carry, &split);
+      psm_graph_set_rng (g, NULL);
+      for (size_t i = 0; i < whole.annotations->n; i++)
+        ck_assert_msg (fabsf (whole.annotations->data[i] - split.annotations->data[i]) < 1e-6,
+                       "config %d carry_at %d annotation %zu: %g vs %g", c, k, i, whole.annotations->data[i],
+                       split.annotations->data[i]);
+      ck_assert (fabsf (whole.summary->data[0] - split.summary->data[0]) < 1e-6);
+      if (c == 0) {
+        /* the carry is the state after k positions: a run of k positions */
+        f.carry_at = 0;
+        encode (&f, g, f.emb, NULL, k, f.mask, f.carry, &head);
+        for (int i = 0; i < B * K; i++)
+          ck_assert_msg (fabsf (head.carry_out->data[i] - split.carry_out->data[i]) < 1e-6,
+                         "carry_at %d carry[%d]: %g vs %g", k, i, head.carry_out->data[i], split.carry_out->data[i]);
+      }
+    }
+    psm_graph_free (g);
+    /* gradients through both halves (the carry's own gradient included) */
+    f.carry_at = 2;
+    psm_test_gradcheck (c ? "lstm_lm carry_at=2 dropout+zoneout params" : "lstm_lm carry_at=2 params", f_loss_reg, &f,
+                        psm_params_data (f.params), psm_params_grad (f.params), psm_params_size (f.params), 1e-3f,
+                        2e-3, 2e-2, 500);
+    psm_test_gradcheck ("lstm_lm carry_at=2 input", f_loss_reg, &f, f.emb, f.gemb, T * B * E, 5e-3f, 2e-3, 2e-2, 400);
+    f.ek->destroy (f.enc);
+    psm_params_free (f.params);
+  }
+}
+END_TEST
+
 int
 main (void)
 {
@@ -177,6 +231,7 @@ main (void)
   tcase_add_test (tc, test_lstm_lm_gradients);
   tcase_add_test (tc, test_lstm_lm_regularised);
   tcase_add_test (tc, test_lstm_lm_segments);
+  tcase_add_test (tc, test_lstm_lm_carry_at);
   suite_add_tcase (s, tc);
   return psm_test_run (s);
 }

@@ -329,6 +329,7 @@ f_binary (PsmGraph *g, void *ud)
   case 1: return psm_test_project (g, psm_mul (g, a, b));
   case 2: return psm_test_project (g, psm_concat (g, a, b));
   case 3: return psm_test_project (g, psm_attend (g, psm_softmax (g, a), b));
+  case 4: return psm_test_project (g, psm_concat_steps (g, a, b));
   }
   return NULL;
 }
@@ -360,6 +361,21 @@ START_TEST (test_binary)
   alloc_in (&cc, 1, 2, 3, 2, 0, &rng, 1.0f);
   check_all ("concat", f_binary, &cc, 2, 1e-2f);
   free_case (&cc);
+  /* concat_steps: [2, 3, 4] then [1, 3, 4]; forward is the two in order */
+  Case cs = { 0 };
+  cs.which = 4;
+  alloc_in (&cs, 0, 3, 2, 3, 4, &rng, 1.0f);
+  alloc_in (&cs, 1, 3, 1, 3, 4, &rng, 1.0f);
+  {
+    PsmGraph *g = psm_graph_new ();
+    PsmTensor *y = psm_concat_steps (g, in (g, &cs, 0), in (g, &cs, 1));
+    ck_assert (y->ndim == 3 && y->shape[0] == 3 && y->shape[1] == 3 && y->shape[2] == 4);
+    for (int i = 0; i < 36; i++)
+      ck_assert (y->data[i] == (i < 24 ? cs.x[0][i] : cs.x[1][i - 24]));
+    psm_graph_free (g);
+  }
+  check_all ("concat_steps", f_binary, &cs, 2, 1e-2f);
+  free_case (&cs);
   Case at = { 0 };
   at.which = 3;
   alloc_in (&at, 0, 2, 2, 5, 0, &rng, 1.0f);      /* a [B=2, T=5] */

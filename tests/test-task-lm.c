@@ -2,10 +2,16 @@
  * (blank lines too), the vocabulary by count from the training split, saved
  * and read back; training streams and segments with the state kept between
  * them and dropped at a new epoch; evaluation scores every target exactly
- * once whatever the number of streams; unknown words mapped to <unk>, or
+ * once whatever the number of streams; overlapping training segments
+ * (stride < bptt) score every target once an epoch and advance by the
+ * stride, and through a model (pointer sentinel) each scored position
+ * gets the loss it gets with one-word segments side by side: the state and
+ * the window's history are carried from inside the overlapping segment;
+ * unknown words mapped to <unk>, or
  * an error naming file and line without one; the real PTB's published
  * counts when ../shared/data is there. */
 #include "config.h"
+#include <math.h>
 #include <string.h>
 #include <glib/gstdio.h>
 #include "psm-test.h"
@@ -122,6 +128,139 @@ START_TEST (test_vocab_and_streams)
 }
 END_TEST
 
+START_TEST (test_stride)
+{
+  char *tr = write_file ("train.txt", train_txt);
+  const PsmTaskClass *k;
+  GError *e = NULL;
+  for (int stride = 1; stride <= 3; stride++) {
+    char *cfg = g_strdup_printf ("plugin = \"lm\"; train = \"%s\"; valid = \"%s\"; test = \"%s\"; bptt = 3; "
+                                 "stride = %d;", tr, tr, tr, stride);
+    void *t = make_task (&k, cfg, NULL, &e);
+    ck_assert_msg (t, "%s", e ? e->message : "");
+    PsmBatch b;
+    psm_batch_init (&b);
+    PsmRng rng;
+    psm_rng_seed (&rng, 1);
+    /* 2 streams of 6 words, 5 targets each: segment j covers [j stride,
+     * j stride + 3), scoring all of segment 0 and then the last `stride`
+     * positions, until every target is scored once */
+    int per_epoch = stride == 1 ? 3 : 2;
+    for (int epoch = 0; epoch < 2; epoch++) {
+      int scored[2][5] = { { 0 } };
+      for (int j = 0; j < per_epoch; j++) {
+        ck_assert (k->train_batch (t, 2, &rng, &b, NULL));
+        int off = j * stride, T = MIN (3, 5 - off);
+        ck_assert_int_eq (b.T, T);
+        ck_assert_int_eq (b.advance, stride < T ? stride : 0);
+        for (int r = 0; r < 2; r++) {
+          ck_assert (b.keep[r] == (j ? 1.0f : 0.0f));
+          for (int i = 0; i < T; i++) {
+            ck_assert (PSM_AT (b.src_mask, &b, i, r) == 1.0f);
+            if (i > 0)   /* one stream: each position's input is the previous target */
+              ck_assert_int_eq (PSM_AT (b.src, &b, i, r), PSM_AT (b.tgt, &b, i - 1, r));
+            float want = j == 0 || i >= 3 - stride ? 1.0f : 0.0f;
+            ck_assert_msg (PSM_AT (b.tgt_mask, &b, i, r) == want, "stride %d segment %d position %d", stride, j, i);
+            if (want > 0)
+              scored[r][off + i]++;
+          }
+        }
+      }
+      for (int r = 0; r < 2; r++)
+        for (int p = 0; p < 5; p++)
+          ck_assert_msg (scored[r][p] == 1, "stride %d stream %d target %d scored %d times", stride, r, p,
+                         scored[r][p]);
+    }
+    psm_batch_clear (&b);
+    k->destroy (t);
+    g_free (cfg);
+  }
+  /* a stride beyond bptt would skip words */
+  char *bad = g_strdup_printf ("plugin = \"lm\"; train = \"%s\"; valid = \"%s\"; test = \"%s\"; bptt = 3; "
+                               "stride = 4;", tr, tr, tr);
+  ck_assert (!make_task (&k, bad, NULL, &e));
+  ck_assert_msg (e && strstr (e->message, "stride 4 is longer than bptt 3"), "%s", e ? e->message : "");
+  g_clear_error (&e);
+  g_free (bad);
+  g_free (tr);
+}
+END_TEST
+
+/* A model of pipeline text cfg (plugin path set) with a no-grad graph. */
+static PsmModel *
+make_model (const char *cfg, PsmPipeline **pl)
+{
+  char *path = write_file ("model.cfg", cfg);
+  GError *e = NULL;
+  *pl = psm_pipeline_load (path, NULL, &e);
+  ck_assert_msg (*pl, "%s", e ? e->message : "");
+  PsmModel *m = psm_model_new (*pl, FALSE, &e);
+  ck_assert_msg (m, "%s", e ? e->message : "");
+  g_free (path);
+  return m;
+}
+
+/* The mean loss of the model's next training batch of B streams. */
+static double
+next_loss (PsmModel *m, int B, PsmBatch *b)
+{
+  const PsmTaskClass *k;
+  void *task = psm_model_task (m, &k);
+  PsmRng rng;
+  psm_rng_seed (&rng, 1);
+  ck_assert (k->train_batch (task, B, &rng, b, NULL));
+  PsmGraph *g = psm_graph_new ();
+  psm_graph_set_grad (g, FALSE);
+  double v = psm_model_loss (m, g, b)->data[0];
+  psm_graph_free (g);
+  return v;
+}
+
+START_TEST (test_stride_model)
+{
+  /* 2 streams of 60 words from 7 */
+  GString *text = g_string_new (NULL);
+  for (int i = 0; i < 119; i++)
+    g_string_append_printf (text, "w%d%s", (i * 5 + i / 7) % 7, i % 9 == 8 ? "\n" : " ");
+  g_string_append (text, "\n");
+  char *tr = write_file ("train.txt", text->str);
+  g_string_free (text, TRUE);
+  const char *fmt = "task = { plugin = \"lm\"; train = \"%s\"; valid = \"%s\"; test = \"%s\"; bptt = %d; stride = %d; };\n"
+                    "model = { embedding = { dim = 6; init_scale = 0.5; };\n"
+                    "  encoder = { plugin = \"lstm_lm\"; hidden = 5; layers = 2; init_scale = 0.5; };\n"
+                    "  head = { plugin = \"pointer_sentinel\"; window = 6; }; };\n"
+                    "train = { batch = 2; seed = 3; };\nrun = { dir = \"%s/run\"; };\n";
+  char *ca = g_strdup_printf (fmt, tr, tr, tr, 4, 1, dir), *cb = g_strdup_printf (fmt, tr, tr, tr, 1, 0, dir);
+  PsmPipeline *pa, *pb;
+  PsmModel *ma = make_model (ca, &pa), *mb = make_model (cb, &pb);
+  PsmParams *qa = psm_model_params (ma), *qb = psm_model_params (mb);
+  ck_assert_int_eq (psm_params_size (qa), psm_params_size (qb));
+  ck_assert (memcmp (psm_params_data (qa), psm_params_data (qb), psm_params_size (qa) * sizeof (float)) == 0);
+  /* one-word segments: the loss at every position of the two streams */
+  PsmBatch b;
+  psm_batch_init (&b);
+  double ref[40];
+  for (int p = 0; p < 40; p++)
+    ref[p] = next_loss (mb, 2, &b);
+  /* k1 = 1, k2 = 4: segment 0 scores positions 0..3, segment j position j + 3 */
+  double first = next_loss (ma, 2, &b);
+  ck_assert_int_eq (b.advance, 1);
+  ck_assert_msg (fabs (first - (ref[0] + ref[1] + ref[2] + ref[3]) / 4) < 1e-5, "segment 0: %g", first);
+  for (int j = 1; j + 3 < 40; j++) {
+    double l = next_loss (ma, 2, &b);
+    ck_assert_msg (fabs (l - ref[j + 3]) < 1e-5, "segment %d: %g, one-word segments %g", j, l, ref[j + 3]);
+  }
+  psm_batch_clear (&b);
+  psm_model_free (ma);
+  psm_model_free (mb);
+  psm_pipeline_free (pa);
+  psm_pipeline_free (pb);
+  g_free (ca);
+  g_free (cb);
+  g_free (tr);
+}
+END_TEST
+
 START_TEST (test_bad_input)
 {
   const PsmTaskClass *k;
@@ -193,6 +332,8 @@ main (void)
   TCase *tc = tcase_create ("lm");
   tcase_set_timeout (tc, 60);
   tcase_add_test (tc, test_vocab_and_streams);
+  tcase_add_test (tc, test_stride);
+  tcase_add_test (tc, test_stride_model);
   tcase_add_test (tc, test_bad_input);
   tcase_add_test (tc, test_ptb_counts);
   suite_add_tcase (s, tc);

@@ -4,6 +4,7 @@
  *   gather_rows: y[i] = x[r_i];           dx[r_i] += dy[i]
  *   pick:        y[i] = x[i, k_i];        dx[i, k_i] += dy[i]
  *   concat:      y = [a | b];             da += dy[:, :Ca], db += dy[:, Ca:]
+ *   concat_steps: y = [a; b] (leading dim); da += dy[:Ta], db += dy[Ta:]
  *   slice:       y = x[:, s:s+L];         dx[:, s:s+L] += dy
  *   transpose01: y[j, i] = x[i, j];       dx[i, j] += dy[j, i] */
 #include "config.h"
@@ -133,6 +134,36 @@ psm_concat_backward (PsmNode *nd)
       for (int j = 0; j < Cb; j++)
         b->grad[(size_t) r * Cb + j] += dy[Ca + j];
   }
+}
+
+PsmTensor *
+psm_concat_steps (PsmGraph *g, PsmTensor *a, PsmTensor *b)
+{
+  g_return_val_if_fail (a && b && a->ndim >= 1 && a->ndim == b->ndim, NULL);
+  for (int d = 1; d < a->ndim; d++)
+    g_return_val_if_fail (a->shape[d] == b->shape[d], NULL);
+  PsmTensor *in[2] = { a, b };
+  int shape[PSM_MAX_DIMS];
+  memcpy (shape, a->shape, sizeof shape);
+  shape[0] = a->shape[0] + b->shape[0];
+  PsmTensor *y = psm_op_out (g, a->ndim, shape, 2, in);
+  memcpy (y->data, a->data, a->n * sizeof (float));
+  memcpy (y->data + a->n, b->data, b->n * sizeof (float));
+  psm_graph_record (g, PSM_OP_CONCAT_STEPS, y, 2, in);
+  return y;
+}
+
+void
+psm_concat_steps_backward (PsmNode *nd)
+{
+  PsmTensor *a = nd->in[0], *b = nd->in[1];
+  const float *dy = nd->out->grad;
+  if (a->grad)
+    for (size_t i = 0; i < a->n; i++)
+      a->grad[i] += dy[i];
+  if (b->grad)
+    for (size_t i = 0; i < b->n; i++)
+      b->grad[i] += dy[a->n + i];
 }
 
 PsmTensor *

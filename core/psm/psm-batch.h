@@ -35,6 +35,13 @@ typedef struct {
    * continues the stream of the previous batch's row, 0 where the stream
    * starts afresh (zero state); psm_batch_reserve sets 0. */
   float *keep;
+  /* ABI 1.7, stream tasks: the streams move on by this many leading
+   * positions, the next segment of each row starting after them (0: all T,
+   * segments side by side). Overlapping segments (advance < T) are the
+   * paper's k1 < k2 truncated BPTT (Merity et al. §5.1): the core carries
+   * the state and the history from position advance - 1, not T - 1.
+   * psm_batch_reserve sets 0. */
+  int advance;
 } PsmBatch;
 
 void psm_batch_init (PsmBatch *b);

@@ -22,6 +22,11 @@ typedef struct {
    * ends in (the core keeps a copy, without gradient, for the next one). */
   const float *carry_in;
   PsmTensor *carry_out;
+  /* ABI 1.7, stream tasks: carry_out is the state after the first carry_at
+   * positions (PsmBatch.advance; 0 < carry_at < T when segments overlap),
+   * or, with 0, after all T. An encoder that has carry_dim must honour it:
+   * the core refuses overlapping segments with one built for ABI < 1.7. */
+  int carry_at;
 } PsmEncoding;
 
 typedef struct {

@@ -42,6 +42,9 @@ PsmTensor *psm_gather_rows (PsmGraph *g, PsmTensor *x, const int32_t *rows, int 
 PsmTensor *psm_pick (PsmGraph *g, PsmTensor *x, const int32_t *idx);
 PsmTensor *psm_concat (PsmGraph *g, PsmTensor *a, PsmTensor *b);   /* last dim */
 PsmTensor *psm_slice (PsmGraph *g, PsmTensor *x, int start, int len); /* last dim */
+/* ABI 1.7: a [Ta, ...] then b [Tb, ...] (same trailing dims) as one
+ * [Ta + Tb, ...]: the two halves of a sequence run as two ops. */
+PsmTensor *psm_concat_steps (PsmGraph *g, PsmTensor *a, PsmTensor *b);
 /* [D0, D1, C] -> [D1, D0, C]: time-major <-> batch-major. */
 PsmTensor *psm_transpose01 (PsmGraph *g, PsmTensor *x);
 

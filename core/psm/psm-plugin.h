@@ -28,9 +28,11 @@ G_BEGIN_DECLS
  * PsmHeadClass.history and .token_logp, PsmDecOut.P/past/past_ids,
  * PsmBuildCtx.emb_param, psm_graph_set_rng/psm_graph_rng,
  * psm_locked_dropout, psm_zoneout_weights, psm_lstm_seq_zoneout,
- * psm_window_ids, psm_window_scores, psm_sentinel_nll. */
+ * psm_window_ids, psm_window_scores, psm_sentinel_nll. 1.7: overlapping
+ * segments (Merity et al.'s k1 < k2 truncated BPTT) — PsmBatch.advance,
+ * PsmEncoding.carry_at, psm_concat_steps. */
 #define PSM_ABI_MAJOR 1
-#define PSM_ABI_MINOR 6
+#define PSM_ABI_MINOR 7
 #define PSM_PLUGIN_ENTRY_SYMBOL "psm_plugin_entry"
 
 typedef enum {

@@ -8,7 +8,11 @@
  * layer) is carried from one segment of a stream to the next: it starts from
  * PsmEncoding.carry_in and ends in carry_out [B, 2 L H] (h of layer 1..L,
  * then c of layer 1..L); no gradient crosses the segment boundary
- * (truncated backpropagation through time). Parameters uniform in
+ * (truncated backpropagation through time). When segments overlap
+ * (PsmEncoding.carry_at = k, Merity et al.'s k1 < k2) the state carried is
+ * the one after position k - 1: each layer's recurrence then runs as two
+ * psm_lstm_seq, positions [0, k) and [k, T), the second starting from the
+ * first's end state. Parameters uniform in
  * [-init_scale, init_scale], as Zaremba et al.
  * Regularisation (Merity et al. §5.2, both 0.5 in the paper): locked
  * (variational) dropout — one mask per stream and unit for the whole
@@ -78,6 +82,8 @@ ll_encode (void *self, PsmGraph *g, PsmParams *p, PsmTensor *emb, const float *m
     carry = psm_tensor_wrap (g, (float *) out->carry_in, NULL, 2, cs);
   }
   PsmTensor *x = emb, *ends_h[MAX_LAYERS] = { NULL }, *ends_c[MAX_LAYERS] = { NULL };
+  PsmTensor *mid_h[MAX_LAYERS] = { NULL }, *mid_c[MAX_LAYERS] = { NULL };
+  int k = out->carry_at > 0 && out->carry_at < T ? out->carry_at : 0;
   for (int l = 0; l < L; l++) {
     PsmTensor *h0 = carry ? psm_slice (g, carry, l * H, H) : psm_tensor_zeros (g, 2, sh, FALSE);
     PsmTensor *c0 = carry ? psm_slice (g, carry, (L + l) * H, H) : psm_tensor_zeros (g, 2, sh, FALSE);
@@ -88,20 +94,36 @@ ll_encode (void *self, PsmGraph *g, PsmParams *p, PsmTensor *emb, const float *m
       zh = psm_zoneout_weights (g, s->zoneout, (size_t) T * B * H);
       zc = psm_zoneout_weights (g, s->zoneout, (size_t) T * B * H);
     }
-    PsmTensor *seq = psm_lstm_seq_zoneout (g, xp, 0, h0, c0, psm_param (g, p, s->w_h[l]), mask, FALSE, zh, zc);
-    x = psm_tensor_view (g, seq, 0, 3, seq_shape);
-    ends_h[l] = psm_tensor_step (g, seq, T - 1);   /* padding carries the state to the end */
-    ends_c[l] = psm_tensor_step (g, seq, T);
+    PsmTensor *wh = psm_param (g, p, s->w_h[l]);
+    if (k > 0) {
+      /* positions [0, k), whose end state is carried, then [k, T) */
+      size_t at = (size_t) k * B * H;
+      int s1[3] = { k, B, 4 * H }, s2[3] = { T - k, B, 4 * H }, o1[3] = { k, B, H }, o2[3] = { T - k, B, H };
+      PsmTensor *a = psm_lstm_seq_zoneout (g, psm_tensor_view (g, xp, 0, 3, s1), 0, h0, c0, wh, mask, FALSE, zh, zc);
+      mid_h[l] = psm_tensor_step (g, a, k - 1);
+      mid_c[l] = psm_tensor_step (g, a, k);
+      PsmTensor *b = psm_lstm_seq_zoneout (g, psm_tensor_view (g, xp, 4 * at, 3, s2), 0, mid_h[l], mid_c[l], wh,
+                                           mask ? mask + (size_t) k * B : NULL, FALSE, zh ? zh + at : NULL, zc ? zc + at : NULL);
+      ends_h[l] = psm_tensor_step (g, b, T - k - 1);
+      ends_c[l] = psm_tensor_step (g, b, T - k);
+      x = psm_concat_steps (g, psm_tensor_view (g, a, 0, 3, o1), psm_tensor_view (g, b, 0, 3, o2));
+    } else {
+      PsmTensor *seq = psm_lstm_seq_zoneout (g, xp, 0, h0, c0, wh, mask, FALSE, zh, zc);
+      x = psm_tensor_view (g, seq, 0, 3, seq_shape);
+      ends_h[l] = psm_tensor_step (g, seq, T - 1);   /* padding carries the state to the end */
+      ends_c[l] = psm_tensor_step (g, seq, T);
+    }
   }
   out->annotations = psm_locked_dropout (g, x, s->dropout);
   out->summary = ends_h[L - 1];
-  /* the end state, as carry_in is laid out */
-  PsmTensor *end = ends_h[0];
+  /* the state carried, as carry_in is laid out */
+  PsmTensor **ch = k > 0 ? mid_h : ends_h, **cc = k > 0 ? mid_c : ends_c;
+  PsmTensor *carry_out = ch[0];
   for (int l = 1; l < L; l++)
-    end = psm_concat (g, end, ends_h[l]);
+    carry_out = psm_concat (g, carry_out, ch[l]);
   for (int l = 0; l < L; l++)
-    end = psm_concat (g, end, ends_c[l]);
-  out->carry_out = end;
+    carry_out = psm_concat (g, carry_out, cc[l]);
+  out->carry_out = carry_out;
 }
 
 static const PsmEncoderClass klass = {

@@ -17,7 +17,15 @@
  * Training: the training stream cut into B streams of floor(N / B) words
  * (the rest dropped, as is usual), walked segment after segment; at the end
  * of an epoch it starts again from the first segment with a fresh state
- * (PsmBatch.keep = 0). Evaluation: the N - 1 targets of a split are cut
+ * (PsmBatch.keep = 0). With `stride` k1 < bptt (Merity et al. §5.1: k1 = 1,
+ * k2 = L), training segments of bptt words start k1 words apart and
+ * overlap: segment j covers positions [j k1, j k1 + bptt) of every stream
+ * and only its last k1 positions are scored (all of the first segment's),
+ * so every target is trained on once, after backpropagation through up to
+ * bptt - 1 earlier positions recomputed with the current parameters; the
+ * state carried to the next segment is the one after its first k1
+ * positions (PsmBatch.advance). An epoch is then about bptt / k1 times the
+ * work. Evaluation: the N - 1 targets of a split are cut
  * into B contiguous runs (sizes differing by at most one), every target
  * scored exactly once whatever B is; only the state the streams start from
  * depends on B. */
@@ -39,6 +47,7 @@ typedef struct {
 
 typedef struct {
   int bptt;
+  int stride;                 /* training segments start this far apart */
   GPtrArray *words;           /* id -> word */
   GHashTable *index;          /* word -> id + 1 */
   GArray *counts;             /* gint64, training counts */
@@ -52,6 +61,9 @@ static const PsmParamSpec params[] = {
   { "valid", PSM_PARAM_FILE, "../shared/data/ptb/ptb.valid.txt", PSM_NO_RANGE, "validation split", NULL },
   { "test", PSM_PARAM_FILE, "../shared/data/ptb/ptb.test.txt", PSM_NO_RANGE, "test split", NULL },
   { "bptt", PSM_PARAM_INT, "35", 1, 100000, "words a segment (truncated backpropagation through time)", NULL },
+  { "stride", PSM_PARAM_INT, "0", 0, 100000,
+    "training segments start this many words apart (k1 of Merity et al. 5.1; 0 = bptt, side by side); below bptt "
+    "they overlap and only their last stride words are scored", NULL },
   { "max_train", PSM_PARAM_INT, "0", 0, 2000000000, "use the first N training words (0 = all)", NULL },
   PSM_PARAM_END
 };
@@ -237,13 +249,23 @@ lm_create (const PsmSection *cfg, const PsmTaskCtx *ctx, GError **error)
 {
   Lm *t = g_new0 (Lm, 1);
   t->bptt = (int) psm_section_int (cfg, "bptt");
+  t->stride = (int) psm_section_int (cfg, "stride");
+  if (t->stride > t->bptt) {
+    g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID,
+                 "%s: stride %d is longer than bptt %d: segments would skip words (use a stride of 1 to bptt, or 0 "
+                 "for bptt)", psm_section_where (cfg, "stride"), t->stride, t->bptt);
+    g_free (t);
+    return NULL;
+  }
   t->words = g_ptr_array_new_with_free_func (g_free);
   t->index = g_hash_table_new (g_str_hash, g_str_equal);
   t->counts = g_array_new (FALSE, FALSE, sizeof (gint64));
   long max_train = (long) psm_section_int (cfg, "max_train");
   if (ctx->check) {
     /* psm-run --check: short streams exercise every path */
-    t->bptt = MIN (t->bptt, 12);
+    int bptt = MIN (t->bptt, 12);
+    t->stride = t->stride ? MAX (t->stride * bptt / t->bptt, 1) : 0;
+    t->bptt = bptt;
     max_train = max_train ? MIN (max_train, 3000) : 3000;
   }
   gboolean eval_only = ctx->size >= G_STRUCT_OFFSET (PsmTaskCtx, eval_only) + sizeof (gboolean) && ctx->eval_only;
@@ -322,13 +344,17 @@ batchify (Stream *s, int B, gboolean train)
   }
 }
 
-/* Segment k of the streams into out (T = 0 past the end). */
+/* Segment k of the streams into out (T = 0 past the end): positions
+ * [k stride, k stride + bptt), of which the first `skip` are context only
+ * (no target scored). */
 static void
-fill_segment (Lm *t, const Stream *s, long k, PsmBatch *out)
+fill_segment (Lm *t, const Stream *s, long k, int stride, int skip, PsmBatch *out)
 {
-  long off = k * t->bptt;
+  long off = k * stride;
   int T = (int) CLAMP (s->max_len - off, 0, t->bptt);
   psm_batch_reserve (out, s->B, T, T);
+  if (stride < T)
+    out->advance = stride;
   for (int b = 0; b < s->B; b++) {
     out->keep[b] = k > 0 ? 1.0f : 0.0f;
     out->example_id[b] = b;
@@ -340,7 +366,7 @@ fill_segment (Lm *t, const Stream *s, long k, PsmBatch *out)
       out->src[at] = out->src_ext[at] = p[0];
       out->src_mask[at] = 1.0f;
       out->tgt[at] = out->tgt_ext[at] = out->dec_in[at] = p[1];
-      out->tgt_mask[at] = 1.0f;
+      out->tgt_mask[at] = i >= skip ? 1.0f : 0.0f;
       out->tgt_switch[at] = 1.0f;
     }
   }
@@ -363,9 +389,14 @@ lm_train_batch (void *self, int B, PsmRng *rng, PsmBatch *out, GError **error)
   if (s->B != B)
     t->train_seg = 0;
   batchify (s, B, TRUE);
-  if (t->train_seg * t->bptt >= s->max_len)
+  /* overlapping segments score the last `stride` positions; an epoch ends
+   * when no position is left to score */
+  int stride = t->stride ? t->stride : t->bptt, skip = t->train_seg > 0 ? t->bptt - stride : 0;
+  if (t->train_seg > 0 && t->train_seg * stride + skip >= s->max_len)
     t->train_seg = 0;   /* a new epoch, from fresh states */
-  fill_segment (t, s, t->train_seg++, out);
+  skip = t->train_seg > 0 ? t->bptt - stride : 0;
+  fill_segment (t, s, t->train_seg, stride, skip, out);
+  t->train_seg++;
   return TRUE;
 }
 
@@ -387,7 +418,7 @@ lm_eval_batch (void *self, PsmSplit split, int start, int B, PsmBatch *out, GErr
     return FALSE;
   }
   batchify (s, B, split == PSM_SPLIT_TRAIN);
-  fill_segment (t, s, start, out);
+  fill_segment (t, s, start, t->bptt, 0, out);
   return TRUE;
 }
 
