@@ -117,6 +117,11 @@ psm_checkpoint_save (const char *path, PsmParams *p, PsmOptim *optim, gboolean w
   put (&w, psm_params_data (p), total * sizeof (float));
   for (int s = 0; s < n_state; s++)
     put (&w, psm_optim_state (optim, s), total * sizeof (float));
+  gsize stream_len = 0;
+  const void *stream = with_state && meta->stream ? g_bytes_get_data (meta->stream, &stream_len) : NULL;
+  g_return_val_if_fail (stream_len <= PSM_CHECKPOINT_MAX_STREAM, FALSE);
+  put_u64 (&w, stream_len);
+  put (&w, stream, stream_len);
   guint8 digest[DIGEST_LEN];
   gsize dlen = DIGEST_LEN;
   g_checksum_get_digest (w.sum, digest, &dlen);
@@ -152,7 +157,7 @@ max_size (PsmParams *p)
   guint64 n = HEADER_FIXED + PLATEAU_LEN + 64 + 8 * N_SETTINGS + DIGEST_LEN;
   for (int i = 0; i < psm_params_count (p); i++)
     n += 4 + strlen (psm_params_name (p, i)) + 4 + 4 * PSM_MAX_DIMS + 8;
-  return n + (1 + 2) * (guint64) psm_params_size (p) * sizeof (float);
+  return n + (1 + 2) * (guint64) psm_params_size (p) * sizeof (float) + 8 + PSM_CHECKPOINT_MAX_STREAM;
 }
 
 /* Reads a regular file of at most limit bytes into *buf. */
@@ -266,8 +271,8 @@ psm_checkpoint_load (const char *path, PsmParams *p, PsmOptim *optim,
              HEADER_FIXED + DIGEST_LEN);
   guint32 version;
   memcpy (&version, buf + 8, 4);
-  if (version != PSM_CHECKPOINT_VERSION && version != 2)
-    CORRUPT ("%s: checkpoint format version %u, this psm reads versions 2 and %d%s", path, version,
+  if (version > PSM_CHECKPOINT_VERSION || version < 2)
+    CORRUPT ("%s: checkpoint format version %u, this psm reads versions 2 to %d%s", path, version,
              PSM_CHECKPOINT_VERSION, version == 1 ? " (version 1, from psm 0.1.0, did not record the "
                                                     "optimiser's settings)" : "");
   guint8 digest[DIGEST_LEN];
@@ -370,8 +375,18 @@ psm_checkpoint_load (const char *path, PsmParams *p, PsmOptim *optim,
   guint32 slots = flags & FLAG_STATE ? n_state : 0;
   for (guint32 s = 0; s < slots; s++)
     st[s] = take (&r, total * sizeof (float));
+  if (!r.ok)
+    CORRUPT ("%s: truncated optimiser state", path);
+  guint64 stream_len = 0;
+  const void *stream = NULL;
+  if (version >= 4) {
+    stream_len = get_u64 (&r);
+    if (!r.ok || stream_len > PSM_CHECKPOINT_MAX_STREAM || (stream_len && !(flags & FLAG_STATE)))
+      CORRUPT ("%s: corrupt training-stream state (%" G_GUINT64_FORMAT " bytes)", path, stream_len);
+    stream = take (&r, stream_len);
+  }
   if (!r.ok || r.p != r.end)
-    CORRUPT ("%s: truncated or oversized optimiser state", path);
+    CORRUPT ("%s: truncated or oversized %s", path, version >= 4 ? "training-stream state" : "optimiser state");
 
   if (optim) {
     /* Resuming: the same update rule with the same settings, and its state. */
@@ -395,8 +410,10 @@ psm_checkpoint_load (const char *path, PsmParams *p, PsmOptim *optim,
   if (optim)
     for (guint32 s = 0; s < slots; s++)
       memcpy (psm_optim_state (optim, (int) s), st[s], total * sizeof (float));
-  if (meta)
+  if (meta) {
+    m.stream = stream_len ? g_bytes_new (stream, stream_len) : NULL;
     *meta = m;
+  }
   ok = TRUE;
 out:
   g_free (opt_name);

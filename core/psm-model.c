@@ -296,6 +296,114 @@ psm_model_free (PsmModel *m)
   g_free (m);
 }
 
+/* Stream state layout (native endianness, as the checkpoint): "PSMS", u32
+ * 1, i64 cursor (-1: the task has none), i32 rows, i32 carry_k, f32 carry
+ * [rows, carry_k], i32 hist_p, i32 hist_h, f32 history [hist_p, rows,
+ * hist_h], i32 words [hist_p, rows]; rows = 0 before any training step. */
+GBytes *
+psm_model_stream_state (PsmModel *m)
+{
+  if (!m->streams)
+    return NULL;
+  gint64 (*cursor) (void *) = PSM_CLASS_HOOK (m->tk, train_cursor);
+  gint64 cur = cursor ? cursor (m->task) : -1;
+  gint32 rows = m->carry_k ? m->carry_rows[0] : m->hist_rows[0], k = m->carry_k, P = m->hist_p, H = m->hist_h;
+  if (m->carry_k && m->hist_p && m->hist_rows[0] != rows)
+    rows = 0;   /* not yet a training segment with both */
+  guint32 version = 1;
+  GByteArray *a = g_byte_array_new ();
+  g_byte_array_append (a, (const guint8 *) "PSMS", 4);
+  g_byte_array_append (a, (const guint8 *) &version, 4);
+  g_byte_array_append (a, (const guint8 *) &cur, 8);
+  g_byte_array_append (a, (const guint8 *) &rows, 4);
+  g_byte_array_append (a, (const guint8 *) &k, 4);
+  if (rows && k)
+    g_byte_array_append (a, (const guint8 *) m->carry[0], (guint) ((size_t) rows * k * sizeof (float)));
+  g_byte_array_append (a, (const guint8 *) &P, 4);
+  g_byte_array_append (a, (const guint8 *) &H, 4);
+  if (rows && P) {
+    g_byte_array_append (a, (const guint8 *) m->hist[0], (guint) ((size_t) P * rows * H * sizeof (float)));
+    g_byte_array_append (a, (const guint8 *) m->hist_ids[0], (guint) ((size_t) P * rows * sizeof (int32_t)));
+  }
+  return g_byte_array_free_to_bytes (a);
+}
+
+gboolean
+psm_model_restore_stream_state (PsmModel *m, GBytes *state, int B, GError **error)
+{
+  gsize len = 0;
+  const guint8 *p = state ? g_bytes_get_data (state, &len) : NULL, *end = p + len;
+#define NEED(n) ((size_t) (end - p) >= (size_t) (n))
+#define BAD_STATE(...)                                                                 \
+  do {                                                                                 \
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, __VA_ARGS__);             \
+    return FALSE;                                                                      \
+  } while (0)
+  if (!m->streams) {
+    if (state)
+      BAD_STATE ("the checkpoint holds the state of training streams, but task '%s' has none", m->task_name);
+    return TRUE;
+  }
+  if (!state)
+    BAD_STATE ("the checkpoint holds no state of the training streams (written by a psm before checkpoint "
+               "version 4?): resuming would restart task '%s' from its first segment", m->task_name);
+  gint64 cur;
+  gint32 rows, k, P, H;
+  guint32 version;
+  if (!NEED (24) || memcmp (p, "PSMS", 4) != 0)
+    BAD_STATE ("the checkpoint's training-stream state is malformed");
+  memcpy (&version, p + 4, 4);
+  memcpy (&cur, p + 8, 8);
+  memcpy (&rows, p + 16, 4);
+  memcpy (&k, p + 20, 4);
+  p += 24;
+  if (version != 1)
+    BAD_STATE ("the checkpoint's training-stream state has version %u, this psm reads 1", version);
+  if (rows != 0 && rows != B)
+    BAD_STATE ("the checkpoint's training streams are %d (train.batch then), the pipeline asks for %d: resume "
+               "with the same train.batch", rows, B);
+  if (k != m->carry_k)
+    BAD_STATE ("the checkpoint carries %d floats of encoder state a stream, this model %d", k, m->carry_k);
+  const float *carry = (const float *) p;
+  size_t nc = rows && k ? (size_t) rows * k : 0;
+  if (!NEED (nc * sizeof (float) + 8))
+    BAD_STATE ("the checkpoint's training-stream state is truncated");
+  p += nc * sizeof (float);
+  memcpy (&P, p, 4);
+  memcpy (&H, p + 4, 4);
+  p += 8;
+  if (P != m->hist_p || (P && H != m->hist_h))
+    BAD_STATE ("the checkpoint keeps a history of %d positions of %d floats, this model's head %d of %d", P, H,
+               m->hist_p, m->hist_h);
+  size_t nh = rows && P ? (size_t) P * rows : 0;
+  const float *hist = (const float *) p;
+  const int32_t *ids = (const int32_t *) (p + nh * H * sizeof (float));
+  if ((size_t) (end - p) != nh * H * sizeof (float) + nh * sizeof (int32_t))
+    BAD_STATE ("the checkpoint's training-stream state is truncated or oversized");
+  gboolean (*seek) (void *, int, gint64, GError **) = PSM_CLASS_HOOK (m->tk, train_seek);
+  if (cur >= 0 && !seek)
+    BAD_STATE ("the checkpoint records where task '%s' stood in its training data, but this build of it cannot "
+               "seek there (PsmTaskClass.train_seek)", m->task_name);
+  if (cur >= 0 && !seek (m->task, B, cur, error))
+    return FALSE;
+#undef NEED
+#undef BAD_STATE
+  /* everything checked: set the buffers (as the first segment would) */
+  if (rows && k) {
+    g_free (m->carry[0]);
+    m->carry[0] = g_memdup2 (carry, nc * sizeof (float));
+    m->carry_rows[0] = rows;
+  }
+  if (rows && P) {
+    g_free (m->hist[0]);
+    g_free (m->hist_ids[0]);
+    m->hist[0] = g_memdup2 (hist, nh * H * sizeof (float));
+    m->hist_ids[0] = g_memdup2 (ids, nh * sizeof (int32_t));
+    m->hist_rows[0] = rows;
+  }
+  return TRUE;
+}
+
 gboolean
 psm_model_save_task (PsmModel *m, const char *dir, GError **error)
 {

@@ -269,6 +269,13 @@ void psm_model_check_mode (PsmModel *m);
 gboolean psm_model_streams (PsmModel *m);   /* a language model over streams */
 /* The task's save() into a new run folder (no-op without the hook). */
 gboolean psm_model_save_task (PsmModel *m, const char *dir, GError **error);
+/* Stream tasks: what --resume needs beyond parameters and optimiser — the
+ * task's training cursor (PsmTaskClass.train_cursor), the encoder state
+ * carried into the next training segment and the head's history; NULL for
+ * other tasks. Restoring checks it against this model and training batches
+ * of B, then seeks the task; on error nothing is changed. */
+GBytes *psm_model_stream_state (PsmModel *m);
+gboolean psm_model_restore_stream_state (PsmModel *m, GBytes *state, int B, GError **error);
 
 /* What the core accepts from a task plugin (core/psm-batch.c): the sizes it
  * declares, and every batch it returns (ids inside the vocabularies, lengths

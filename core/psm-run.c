@@ -133,6 +133,7 @@ psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error)
   FILE *log = NULL;
   char *kept = NULL;
   gboolean ok = FALSE;
+  PsmCheckpointMeta meta = { 0, { { 0 } }, NAN, 1.0, NAN, 0, NULL };
 
   if (!opt->resume && g_file_test (last, G_FILE_TEST_EXISTS)) {
     g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_USAGE,
@@ -154,7 +155,6 @@ psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error)
   optim_config (psm_pipeline_section (pl, "train.optimizer"), &oc);
   PsmParams *params = psm_model_params (m);
   optim = psm_optim_new (&oc, params);
-  PsmCheckpointMeta meta = { 0, { { 0 } }, NAN, 1.0, NAN, 0 };
   psm_rng_seed (&meta.rng, (guint64) psm_section_int (train, "seed") * 7919 + 17);
   gboolean have_best = FALSE;
   if (opt->resume) {
@@ -186,6 +186,15 @@ psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error)
    * validations without a new best */
   double plateau = psm_section_float (psm_pipeline_section (pl, "train.optimizer"), "plateau_factor");
   long patience = (long) psm_section_int (train, "patience");
+  if (opt->resume && psm_model_streams (m) && !meta.stream) {
+    fprintf (stderr, "psm-run: note: %s holds no state of the training streams (written before checkpoint "
+             "version 4): the streams start again from the first segment, so the resumed run differs from an "
+             "uninterrupted one\n", last);
+  } else if (opt->resume && !psm_model_restore_stream_state (m, meta.stream, B, error)) {
+    g_prefix_error (error, "%s: ", last);
+    goto out;
+  }
+  g_clear_pointer (&meta.stream, g_bytes_unref);
   PsmGraph *g = psm_model_graph (m);
   PsmBatch *batch = psm_model_batch (m);
   PsmProfile *prof = opt->profile ? g_new0 (PsmProfile, 1) : NULL;
@@ -309,7 +318,10 @@ psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error)
         if (!psm_checkpoint_save (best_path, params, optim, FALSE, &meta, error))
           goto out_timer;
       }
-      if (!psm_checkpoint_save (last, params, optim, TRUE, &meta, error))
+      meta.stream = psm_model_stream_state (m);   /* where the streams stand (LMs) */
+      gboolean saved = psm_checkpoint_save (last, params, optim, TRUE, &meta, error);
+      g_clear_pointer (&meta.stream, g_bytes_unref);
+      if (!saved)
         goto out_timer;
       if (opt->progress && !opt->quiet)
         fprintf (stderr, "\n");
@@ -338,6 +350,7 @@ out_timer:
   psm_graph_set_profile (g, NULL);
   g_free (prof);
 out:
+  g_clear_pointer (&meta.stream, g_bytes_unref);
   if (log && fclose (log) != 0 && ok)
     ok = write_failed (error, log_path);
   psm_optim_free (optim);
@@ -508,6 +521,7 @@ load_best (PsmModel *m, PsmCheckpointMeta *meta, GError **error)
     g_free (path);
     return NULL;
   }
+  g_clear_pointer (&meta->stream, g_bytes_unref);   /* evaluation starts its own streams */
   return path;
 }
 
@@ -712,7 +726,7 @@ psm_run_check (PsmModel *m, GError **error)
   char *path = g_build_filename (tmpdir, "check.ckpt", NULL);
   size_t n = psm_params_size (params);
   float *saved = g_memdup2 (psm_params_data (params), n * sizeof (float));
-  PsmCheckpointMeta meta = { steps, rng, r.primary, 1.0, NAN, 0 };
+  PsmCheckpointMeta meta = { steps, rng, r.primary, 1.0, NAN, 0, NULL };
   gboolean ok = psm_checkpoint_save (path, params, optim, TRUE, &meta, error);
   if (ok) {
     for (size_t i = 0; i < n; i++)

@@ -295,6 +295,21 @@ ps5=$(grep '^test (' "$tmp/cp_ps5.out" | sed 's/.*perplexity \([0-9.]*\).*/\1/')
 if [ -n "$sm" ] && [ -n "$ps5" ] && awk -v a="$sm" -v b="$ps5" 'BEGIN { exit !(b < 0.5 * a) }'; then
   ok "sentinel: overlapping segments (stride 5 of bptt 10) learn to copy too (perplexity $ps5 vs $sm)"
 else cp "$tmp/cp_ps5.out" "$tmp/out"; bad "sentinel: overlapping segments learn to copy ($ps5 vs $sm)"; fi
+# --resume of a language model: the streams' position, carried state and the
+# sentinel's history are in last.ckpt, so 20 + 20 steps == 40 straight
+lm_steps () {   # RUNDIR STEPS [more psm-run arguments]
+  lm_dir=$1; lm_n=$2; shift 2
+  "$run" -q --mode train "$tmp/cp_ps5.cfg" --set "run.dir=$tmp/$lm_dir" --set train.steps=$lm_n --set train.eval_every=10 "$@"
+}
+lm_steps lmr_a 40 > /dev/null 2>&1
+lm_steps lmr_b 20 > /dev/null 2>&1
+lm_steps lmr_b 40 --resume > "$tmp/lmr.out" 2>&1
+cmp -s "$tmp/lmr_a/last.ckpt" "$tmp/lmr_b/last.ckpt" && ok "lm: a resumed run ends bit-identical to the straight run" ||
+  { cp "$tmp/lmr.out" "$tmp/out"; bad "lm: a resumed run ends bit-identical to the straight run"; }
+cp "$tmp/lmr_b/last.ckpt" "$tmp/lmr_b.ckpt"
+expect 1 "lm: --resume with another train.batch is refused" "streams are 8 (train.batch then), the pipeline asks for 4" -- \
+  "$run" --mode train --resume "$tmp/cp_ps5.cfg" --set "run.dir=$tmp/lmr_b" --set train.steps=50 --set train.batch=4
+cmp -s "$tmp/lmr_b/last.ckpt" "$tmp/lmr_b.ckpt" && ok "and leaves the run as it was" || bad "and leaves the run as it was"
 expect 0 "sentinel: --check with stride 1 (k1 = 1, k2 = bptt)" "check: OK" -- \
   "$run" --check --set task.stride=1 "$tmp/cp_ps5.cfg"
 expect 1 "lm: overlapping segments refused with an encoder built before ABI 1.7" "built for ABI 1.6 and cannot carry" -- \

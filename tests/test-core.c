@@ -265,7 +265,7 @@ START_TEST (test_checkpoint)
   PsmOptim *o = psm_optim_new (&oc, p);
   psm_params_grad (p)[3] = 1.0f;
   psm_optim_step (o, 0);
-  PsmCheckpointMeta meta = { 123, { { 1, 2, 3, 4 } }, 17.5, 0.25, 18.5, 3 };
+  PsmCheckpointMeta meta = { 123, { { 1, 2, 3, 4 } }, 17.5, 0.25, 18.5, 3, g_bytes_new ("stream state", 12) };
   GError *e = NULL;
   ck_assert_msg (psm_checkpoint_save (path, p, o, TRUE, &meta, &e), "%s", e ? e->message : "");
   char *tmp = g_strdup_printf ("%s.tmp.%d", path, (int) getpid ());
@@ -283,6 +283,15 @@ START_TEST (test_checkpoint)
   ck_assert_uint_eq (back.rng.s[3], 4);
   ck_assert (back.best_metric == 17.5);
   ck_assert (back.lr_scale == 0.25 && back.last_metric == 18.5 && back.bad_evals == 3);
+  ck_assert (back.stream && g_bytes_equal (back.stream, meta.stream));
+  g_bytes_unref (back.stream);
+  /* without optimiser state (best.ckpt) no stream state is written */
+  char *nost = g_build_filename (dir, "nostate.ckpt", NULL);
+  ck_assert (psm_checkpoint_save (nost, p, o, FALSE, &meta, &e));
+  ck_assert (psm_checkpoint_load (nost, q, NULL, &back, &e) && back.stream == NULL);
+  g_unlink (nost);
+  g_free (nost);
+  g_bytes_unref (meta.stream);
 
   /* a flipped byte: checksum error, and the model is untouched */
   gchar *buf;
@@ -435,13 +444,20 @@ START_TEST (test_checkpoint_checks)
   guint32 flags = 6;
   write_patched (bad, buf, len, 12, &flags, 4);
   expect_refused (bad, p, NULL, "unknown flags");
+  /* the training-stream state's length (the u64 before the SHA-256) */
+  guint64 slen[2] = { (guint64) 1 << 40, 5 };
+  write_patched (bad, buf, len, len - 40, &slen[0], 8);
+  expect_refused (bad, p, NULL, "corrupt training-stream state");
+  write_patched (bad, buf, len, len - 40, &slen[1], 8);
+  expect_refused (bad, p, NULL, "truncated or oversized training-stream state");
   /* truncated to 40 bytes: said so, not "format version 0" */
   ck_assert (g_file_set_contents (bad, buf, 40, NULL));
   expect_refused (bad, p, NULL, "truncated: 40 bytes");
-  /* bigger than a checkpoint of this model can be: refused before reading */
-  char *big = g_malloc0 (len + 4096);
-  memcpy (big, buf, len);
-  ck_assert (g_file_set_contents (bad, big, len + 4096, NULL));
+  /* bigger than a checkpoint of this model can be (its training-stream
+   * state at most PSM_CHECKPOINT_MAX_STREAM): refused before reading; a
+   * sparse file */
+  ck_assert (g_file_set_contents (bad, buf, len, NULL));
+  ck_assert (truncate (bad, (off_t) (len + PSM_CHECKPOINT_MAX_STREAM + 4096)) == 0);
   expect_refused (bad, p, NULL, "more than a checkpoint of this model can be");
   /* a link to /dev/zero (read forever before): not a regular file */
   g_unlink (bad);
@@ -456,7 +472,6 @@ START_TEST (test_checkpoint_checks)
   psm_optim_free (os3);
   psm_optim_free (oa);
   psm_params_free (p);
-  g_free (big);
   g_free (buf);
   g_free (bad);
   g_free (path);

@@ -4,7 +4,8 @@
  * them and dropped at a new epoch; evaluation scores every target exactly
  * once whatever the number of streams; overlapping training segments
  * (stride < bptt) score every target once an epoch and advance by the
- * stride, and through a model (pointer sentinel) each scored position
+ * stride; the training cursor and a seek back to it (--resume) give the
+ * same next batch; through a model (pointer sentinel) each scored position
  * gets the loss it gets with one-word segments side by side: the state and
  * the window's history are carried from inside the overlapping segment;
  * unknown words mapped to <unk>, or
@@ -175,6 +176,37 @@ START_TEST (test_stride)
     k->destroy (t);
     g_free (cfg);
   }
+  /* the training cursor: a new task seeking to it gives the batch the
+   * first would have given next; a cursor beyond the data is refused */
+  char *c2 = g_strdup_printf ("plugin = \"lm\"; train = \"%s\"; valid = \"%s\"; test = \"%s\"; bptt = 3; "
+                              "stride = 2;", tr, tr, tr);
+  void *t1 = make_task (&k, c2, NULL, &e), *t2 = make_task (&k, c2, NULL, &e);
+  ck_assert (t1 && t2 && k->train_cursor && k->train_seek);
+  PsmBatch b1, b2;
+  psm_batch_init (&b1);
+  psm_batch_init (&b2);
+  PsmRng rng;
+  psm_rng_seed (&rng, 1);
+  for (int j = 0; j < 3; j++) {
+    /* t1 walks on; t2 seeks to where t1 stands; both give the same batch */
+    ck_assert (k->train_seek (t2, 2, k->train_cursor (t1), &e));
+    ck_assert (k->train_batch (t1, 2, &rng, &b1, NULL) && k->train_batch (t2, 2, &rng, &b2, NULL));
+    ck_assert_int_eq (k->train_cursor (t1), j == 2 ? 1 : j + 1);   /* 2 segments an epoch, then again */
+    ck_assert (b1.T == b2.T && b1.advance == b2.advance && b1.keep[0] == b2.keep[0]);
+    ck_assert (memcmp (b1.src, b2.src, (size_t) b1.T * 2 * sizeof (int32_t)) == 0);
+    ck_assert (memcmp (b1.tgt_mask, b2.tgt_mask, (size_t) b1.T * 2 * sizeof (float)) == 0);
+  }
+  ck_assert (!k->train_seek (t2, 2, 3, &e));
+  ck_assert_msg (strstr (e->message, "segment 3) is outside this training data's 2 segments of 2 streams"), "%s",
+                 e->message);
+  g_clear_error (&e);
+  ck_assert (!k->train_seek (t2, 2, -1, &e));
+  g_clear_error (&e);
+  psm_batch_clear (&b1);
+  psm_batch_clear (&b2);
+  k->destroy (t1);
+  k->destroy (t2);
+  g_free (c2);
   /* a stride beyond bptt would skip words */
   char *bad = g_strdup_printf ("plugin = \"lm\"; train = \"%s\"; valid = \"%s\"; test = \"%s\"; bptt = 3; "
                                "stride = 4;", tr, tr, tr);

@@ -8,13 +8,20 @@
  *     halve_every),
  *   u64 parameter floats, u32 parameter count, manifest (u32 name length,
  *   name, u32 rank, u32 dims, u64 offset per parameter),
- *   parameters, optimiser state slots (if flagged), SHA-256 of all before. */
+ *   parameters, optimiser state slots (if flagged), SHA-256 of all before.
+ * Version 3 adds after the best metric f64 lr scale, f64 last metric, u64
+ * evaluations without a best; version 4 adds before the SHA-256 u64 n and
+ * n bytes of training-stream state (language models: where the task's walk
+ * stands, the carried state and the head's history; 0 bytes for other
+ * tasks and in files without optimiser state). */
 #ifndef PSM_CHECKPOINT_H
 #define PSM_CHECKPOINT_H
 #include "psm-params.h"
 G_BEGIN_DECLS
 
-#define PSM_CHECKPOINT_VERSION 3
+#define PSM_CHECKPOINT_VERSION 4
+/* The largest training-stream state a checkpoint holds (bytes). */
+#define PSM_CHECKPOINT_MAX_STREAM ((guint64) 256 << 20)
 /* No run has more updates than this (train.steps' upper bound). */
 #define PSM_MAX_STEPS 1000000000L
 
@@ -27,6 +34,10 @@ typedef struct {
   double lr_scale;        /* factor on the learning rate so far */
   double last_metric;     /* the previous validation score (NAN: none) */
   long bad_evals;         /* validations in a row without a new best */
+  /* version 4: the training streams' state (psm_model_stream_state), NULL
+   * for none. Saved with optimiser state only; a load sets a new reference
+   * the caller unrefs (NULL for files of version 2 and 3). */
+  GBytes *stream;
 } PsmCheckpointMeta;
 
 /* Records optim's name and settings (optim may be NULL: none recorded) and,

@@ -49,6 +49,14 @@ typedef struct {
    * reference with its sentences separated by '\n' (NULL: unknown); owned
    * by the task. */
   void (*example_text) (void *self, PsmSplit split, int i, const char **source, const char **reference);
+  /* ABI 1.7, optional, tasks whose training batches are not drawn from the
+   * run's RNG alone (stream tasks walk their data in order): where the
+   * training walk stands, as a count the task understands, and a seek back
+   * to it for training batches of B (FALSE with error set if the cursor
+   * does not fit the data). The core keeps the cursor in last.ckpt, so
+   * --resume continues the walk where it stopped. */
+  gint64 (*train_cursor) (void *self);
+  gboolean (*train_seek) (void *self, int B, gint64 cursor, GError **error);
 } PsmTaskClass;
 
 G_END_DECLS

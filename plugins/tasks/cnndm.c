@@ -811,7 +811,7 @@ cn_example_text (void *self, PsmSplit split, int i, const char **source, const c
 
 static const PsmTaskClass klass = {
   sizeof (PsmTaskClass), cn_create, cn_destroy, cn_info, cn_train_batch, cn_n_examples, cn_eval_batch,
-  cn_token_text, cn_save, cn_text_batch, cn_example_text
+  cn_token_text, cn_save, cn_text_batch, cn_example_text, NULL, NULL
 };
 
 PSM_PLUGIN (PSM_KIND_TASK, "cnndm",

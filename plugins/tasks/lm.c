@@ -400,6 +400,33 @@ lm_train_batch (void *self, int B, PsmRng *rng, PsmBatch *out, GError **error)
   return TRUE;
 }
 
+/* The next training segment, and a seek back to it (exact --resume). */
+static gint64 lm_train_cursor (void *self) { return ((Lm *) self)->train_seg; }
+
+static gboolean
+lm_train_seek (void *self, int B, gint64 cursor, GError **error)
+{
+  Lm *t = self;
+  Stream *s = &t->split[PSM_SPLIT_TRAIN];
+  if (!s->ids || s->n / B < 2) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "lm: no training streams of %d to seek in", B);
+    return FALSE;
+  }
+  batchify (s, B, TRUE);
+  int stride = t->stride ? t->stride : t->bptt;
+  /* past the last segment is allowed: the next batch starts a new epoch */
+  long segments = 1 + (s->max_len > t->bptt ? (s->max_len - t->bptt + stride - 1) / stride : 0);
+  if (cursor < 0 || cursor > segments) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
+                 "lm: the checkpoint's training position (segment %" G_GINT64_FORMAT ") is outside this training "
+                 "data's %ld segments of %d streams (another train file, bptt or stride than the run's?)",
+                 cursor, segments, B);
+    return FALSE;
+  }
+  t->train_seg = cursor;
+  return TRUE;
+}
+
 static int
 lm_n_examples (void *self, PsmSplit split)
 {
@@ -446,7 +473,7 @@ lm_save (void *self, const char *dir, GError **error)
 
 static const PsmTaskClass klass = {
   sizeof (PsmTaskClass), lm_create, lm_destroy, lm_info, lm_train_batch, lm_n_examples, lm_eval_batch,
-  lm_token_text, lm_save, NULL, NULL
+  lm_token_text, lm_save, NULL, NULL, lm_train_cursor, lm_train_seek
 };
 
 PSM_PLUGIN (PSM_KIND_TASK, "lm",
