@@ -1,6 +1,6 @@
 /* test-core.c — arena and graph, RNG, parameters, optimisers (against
  * hand-computed updates), gradient clipping, checkpoints (round trip,
- * corruption, mismatch, atomic replacement). */
+ * corruption, mismatch, atomic replacement), vocabularies (psm-vocab.h). */
 #include "config.h"
 #include <math.h>
 #include <string.h>
@@ -480,6 +480,79 @@ START_TEST (test_checkpoint_checks)
 }
 END_TEST
 
+/* Vocabularies: most frequent first (ties in byte order), words already
+ * held skipped, a size limit; vocab.txt written and read back; a bad file
+ * refused naming file and line, the vocabulary left as it was. */
+START_TEST (test_vocab)
+{
+  PsmVocab *v = psm_vocab_new ();
+  ck_assert_int_eq (psm_vocab_add (v, "<unk>"), 0);
+  PsmWordCounts *c = psm_word_counts_new ();
+  const char *text[] = { "b", "a", "c", "b", "<unk>", "a", "d", "b", "<unk>", "<unk>", "<unk>", NULL };
+  for (const char **w = text; *w; w++)
+    psm_word_counts_add (c, *w, 1);
+  ck_assert_int_eq (psm_word_counts_size (c), 5);
+  ck_assert_int_eq (psm_word_counts_get (c, "b"), 3);
+  ck_assert_int_eq (psm_word_counts_get (c, "zzz"), 0);
+  ck_assert_int_eq (psm_vocab_add_by_count (v, c, 4), 3);   /* <unk> is held: b, a, then c before d */
+  const char *want[] = { "<unk>", "b", "a", "c" };
+  gint64 counts[] = { 0, 3, 2, 1 };
+  ck_assert_int_eq (psm_vocab_size (v), 4);
+  for (int i = 0; i < 4; i++) {
+    ck_assert_str_eq (psm_vocab_word (v, i), want[i]);
+    ck_assert_int_eq (psm_vocab_id (v, want[i]), i);
+    ck_assert_int_eq (psm_vocab_count (v, i), counts[i]);
+  }
+  ck_assert (psm_vocab_word (v, 4) == NULL && psm_vocab_word (v, -1) == NULL && psm_vocab_id (v, "d") == -1);
+  ck_assert_int_eq (psm_vocab_add (v, "zebra"), 4);   /* an unseen word: count 0 */
+  ck_assert_int_eq (psm_vocab_add (v, "zebra"), 4);
+  /* save the first 4, read back after the special word */
+  char *dir = g_dir_make_tmp ("psm-test-vocab-XXXXXX", NULL), *path = g_build_filename (dir, "vocab.txt", NULL);
+  GError *e = NULL;
+  ck_assert (psm_vocab_save (v, 4, path, &e));
+  gchar *saved;
+  ck_assert (g_file_get_contents (path, &saved, NULL, NULL));
+  ck_assert_str_eq (saved, "<unk>\t0\nb\t3\na\t2\nc\t1\n");
+  g_free (saved);
+  static const char *const first[] = { "<unk>", NULL };
+  PsmVocab *w = psm_vocab_new ();
+  ck_assert_msg (psm_vocab_load (w, path, first, &e), "%s", e ? e->message : "");
+  ck_assert_int_eq (psm_vocab_size (w), 4);
+  ck_assert (psm_vocab_id (w, "c") == 3 && psm_vocab_count (w, 1) == 3);
+  /* bad files: file and line named, w unchanged */
+  static const char *const bad[][2] = {
+    { "<unk>\t0\nb\t3\nb\t1\n", ":3: bad vocabulary entry 'b': a word listed twice" },
+    { "<unk>\t0\nb c\t3\n", ":2: bad vocabulary entry 'b c': a space in the word" },
+    { "<unk>\t0\nb\tmany\n", ":2: bad vocabulary entry 'b': the count after the tab is not a number" },
+    { "<pad>\t0\n", ":1: bad vocabulary entry '<pad>': not the special word expected there" },
+    { "\t5\n", ":1: bad vocabulary entry '': an empty word" },
+    { "\n\n", ": an empty vocabulary" },
+  };
+  PsmVocab *x = psm_vocab_new ();
+  psm_vocab_add (x, "kept");
+  for (guint i = 0; i < G_N_ELEMENTS (bad); i++) {
+    ck_assert (g_file_set_contents (path, bad[i][0], -1, NULL));
+    ck_assert (!psm_vocab_load (x, path, i == 3 ? first : NULL, &e));
+    ck_assert_msg (strstr (e->message, path) && strstr (e->message, bad[i][1]), "case %u: %s", i, e->message);
+    g_clear_error (&e);
+    ck_assert (psm_vocab_size (x) == 1 && psm_vocab_id (x, "kept") == 0 && psm_vocab_id (x, "b") == -1);
+  }
+  /* a word the vocabulary already holds */
+  ck_assert (g_file_set_contents (path, "kept\n", -1, NULL));
+  ck_assert (!psm_vocab_load (x, path, NULL, &e));
+  ck_assert_msg (strstr (e->message, "a word the vocabulary already holds"), "%s", e->message);
+  g_clear_error (&e);
+  g_unlink (path);
+  g_rmdir (dir);
+  g_free (path);
+  g_free (dir);
+  psm_vocab_free (x);
+  psm_vocab_free (w);
+  psm_vocab_free (v);
+  psm_word_counts_free (c);
+}
+END_TEST
+
 int
 main (void)
 {
@@ -493,6 +566,7 @@ main (void)
   tcase_add_test (tc, test_optimisers);
   tcase_add_test (tc, test_checkpoint);
   tcase_add_test (tc, test_checkpoint_checks);
+  tcase_add_test (tc, test_vocab);
   suite_add_tcase (s, tc);
   return psm_test_run (s);
 }

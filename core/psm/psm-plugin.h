@@ -31,7 +31,8 @@ G_BEGIN_DECLS
  * psm_window_ids, psm_window_scores, psm_sentinel_nll. 1.7: overlapping
  * segments (Merity et al.'s k1 < k2 truncated BPTT) — PsmBatch.advance,
  * PsmEncoding.carry_at, psm_concat_steps; PsmTaskClass.train_cursor and
- * .train_seek (exact --resume of a stream task). */
+ * .train_seek (exact --resume of a stream task); psm-vocab.h (word
+ * vocabularies for tasks). */
 #define PSM_ABI_MAJOR 1
 #define PSM_ABI_MINOR 7
 #define PSM_PLUGIN_ENTRY_SYMBOL "psm_plugin_entry"

@@ -15,5 +15,6 @@
 #include "psm-task.h"
 #include "psm-metric.h"
 #include "psm-checkpoint.h"
+#include "psm-vocab.h"
 #include <stdio.h>
 #endif

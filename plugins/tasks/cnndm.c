@@ -28,7 +28,7 @@
 
 #define N_SPECIAL 4
 enum { PAD, UNK, BOS, EOS };
-static const char *const special[N_SPECIAL] = { "<pad>", "<unk>", "<s>", "</s>" };
+static const char *const special[N_SPECIAL + 1] = { "<pad>", "<unk>", "<s>", "</s>", NULL };
 
 typedef struct {
   int n;
@@ -42,9 +42,8 @@ typedef struct {
 
 typedef struct {
   int V, max_src, max_tgt;
-  GPtrArray *words;             /* global id -> word; [0, V) is the vocabulary */
-  GHashTable *index;            /* word -> global id + 1 */
-  GArray *counts;               /* int64 train counts of the vocabulary words */
+  PsmVocab *words;              /* global ids; [0, V) is the vocabulary (with
+                                   train counts), then every other word seen */
   Split split[3];
   Texts text[3];                /* whole texts of valid and test (metrics) */
   gboolean check;
@@ -348,120 +347,39 @@ read_split (const char *path, long max, gboolean quiet, Texts *out, GError **err
 
 /* ---- vocabulary ---- */
 
-static int32_t
-intern (Cnndm *t, const char *w)
-{
-  gpointer v = g_hash_table_lookup (t->index, w);
-  if (v)
-    return GPOINTER_TO_INT (v) - 1;
-  char *copy = g_strdup (w);
-  g_ptr_array_add (t->words, copy);
-  int32_t id = (int32_t) t->words->len - 1;
-  g_hash_table_insert (t->index, copy, GINT_TO_POINTER (id + 1));
-  return id;
-}
-
-typedef struct {
-  const char *w;
-  gint64 n;
-} WordCount;
-
-static int
-by_count (const void *a, const void *b)
-{
-  const WordCount *x = a, *y = b;
-  if (x->n != y->n)
-    return x->n > y->n ? -1 : 1;
-  return strcmp (x->w, y->w);
-}
-
 static void
 build_vocab (Cnndm *t, const Texts *tr)
 {
-  GHashTable *count = g_hash_table_new (g_str_hash, g_str_equal);
-  GStringChunk *chunk = g_string_chunk_new (1 << 20);
+  PsmWordCounts *count = psm_word_counts_new ();
   for (int k = 0; k < 2; k++) {
     GPtrArray *texts = k ? tr->summary : tr->article;
     for (guint i = 0; i < texts->len; i++) {
       char **tok = g_strsplit_set (texts->pdata[i], " \t\n\r", -1);
-      for (char **w = tok; *w; w++) {
-        if (!**w)
-          continue;
-        gpointer key, val;
-        if (g_hash_table_lookup_extended (count, *w, &key, &val))
-          g_hash_table_insert (count, key, GSIZE_TO_POINTER (GPOINTER_TO_SIZE (val) + 1));
-        else
-          g_hash_table_insert (count, g_string_chunk_insert (chunk, *w), GSIZE_TO_POINTER (1));
-      }
+      for (char **w = tok; *w; w++)
+        if (**w)
+          psm_word_counts_add (count, *w, 1);
       g_strfreev (tok);
     }
   }
-  GArray *wc = g_array_new (FALSE, FALSE, sizeof (WordCount));
-  GHashTableIter it;
-  gpointer key, val;
-  g_hash_table_iter_init (&it, count);
-  while (g_hash_table_iter_next (&it, &key, &val)) {
-    gboolean sp = FALSE;
-    for (int i = 0; i < N_SPECIAL; i++)
-      sp = sp || strcmp (key, special[i]) == 0;
-    if (!sp) {
-      WordCount c = { key, (gint64) GPOINTER_TO_SIZE (val) };
-      g_array_append_val (wc, c);
-    }
-  }
-  g_array_sort (wc, by_count);
-  for (int i = 0; i < N_SPECIAL; i++) {
-    intern (t, special[i]);
-    gint64 z = 0;
-    g_array_append_val (t->counts, z);
-  }
-  for (guint i = 0; i < wc->len && (int) t->words->len < t->V; i++) {
-    WordCount *c = &g_array_index (wc, WordCount, i);
-    intern (t, c->w);
-    g_array_append_val (t->counts, c->n);
-  }
-  g_array_unref (wc);
-  g_hash_table_destroy (count);
-  g_string_chunk_free (chunk);
+  /* the special words first (count 0, even where the text has them) */
+  for (int i = 0; i < N_SPECIAL; i++)
+    psm_vocab_add (t->words, special[i]);
+  psm_vocab_add_by_count (t->words, count, t->V);
+  psm_word_counts_free (count);
 }
 
 static gboolean
 load_vocab (Cnndm *t, const char *path, GError **error)
 {
-  char *text = NULL;
-  if (!g_file_get_contents (path, &text, NULL, error))
+  if (!psm_vocab_load (t->words, path, special, error))
     return FALSE;
-  char **lines = g_strsplit (text, "\n", -1);
-  g_free (text);
-  gboolean ok = TRUE;
-  int n = 0;
-  for (char **l = lines; *l && ok; l++) {
-    if (!**l)
-      continue;
-    char *tab = strchr (*l, '\t');
-    if (tab)
-      *tab = '\0';
-    n++;
-    if (!**l || strchr (*l, ' ') || g_hash_table_contains (t->index, *l) ||
-        (n <= N_SPECIAL && strcmp (*l, special[n - 1]) != 0)) {
-      g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
-                   "%s:%d: bad vocabulary entry '%s' (expected one word a line, unique, starting with "
-                   "<pad> <unk> <s> </s>)", path, n, *l);
-      ok = FALSE;
-      break;
-    }
-    intern (t, *l);
-    gint64 c = tab ? g_ascii_strtoll (tab + 1, NULL, 10) : 0;
-    g_array_append_val (t->counts, c);
-  }
-  g_strfreev (lines);
-  if (ok && n != t->V) {
+  if (psm_vocab_size (t->words) != t->V) {
     g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
                  "%s: holds %d words, but task.vocab is %d (the run was made with another vocabulary size)", path,
-                 n, t->V);
-    ok = FALSE;
+                 psm_vocab_size (t->words), t->V);
+    return FALSE;
   }
-  return ok;
+  return TRUE;
 }
 
 static void
@@ -471,7 +389,7 @@ tokens_to_ids (Cnndm *t, const char *text, int max, GArray *ids)
   int n = 0;
   for (char **w = tok; *w && n < max; w++)
     if (**w) {
-      int32_t id = intern (t, *w);
+      int32_t id = psm_vocab_add (t->words, *w);
       g_array_append_val (ids, id);
       n++;
     }
@@ -509,9 +427,7 @@ cn_create (const PsmSection *cfg, const PsmTaskCtx *ctx, GError **error)
     t->max_tgt = MIN (t->max_tgt, 16);
   }
   t->check = ctx->check;
-  t->words = g_ptr_array_new_with_free_func (g_free);
-  t->index = g_hash_table_new (g_str_hash, g_str_equal);
-  t->counts = g_array_new (FALSE, FALSE, sizeof (gint64));
+  t->words = psm_vocab_new ();
   t->oov = g_hash_table_new (g_direct_hash, g_direct_equal);
   long max_train = (long) psm_section_int (cfg, "max_train");
   if (ctx->check)
@@ -538,14 +454,14 @@ cn_create (const PsmSection *cfg, const PsmTaskCtx *ctx, GError **error)
     ok = load_vocab (t, vpath, error);
   } else if (ok) {
     build_vocab (t, &x[0]);
-    if (!ctx->check && (int) t->words->len < t->V) {
+    if (!ctx->check && psm_vocab_size (t->words) < t->V) {
       g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID,
                    "%s: %d, but the training split has only %d distinct words (with the 4 special ones)",
-                   psm_section_where (cfg, "vocab"), t->V, (int) t->words->len);
+                   psm_section_where (cfg, "vocab"), t->V, psm_vocab_size (t->words));
       ok = FALSE;
     }
     /* --check on a few records: the vocabulary is what they hold */
-    t->V = MIN (t->V, (int) t->words->len);
+    t->V = MIN (t->V, psm_vocab_size (t->words));
   }
   g_free (vpath);
   for (int k = eval_only ? 1 : 0; k < 3 && ok; k++)   /* eval_only: no training examples */
@@ -572,10 +488,8 @@ cn_destroy (void *self)
     if (t->split[k].ids)
       g_array_unref (t->split[k].ids);
   }
-  g_hash_table_destroy (t->index);
   g_hash_table_destroy (t->oov);
-  g_ptr_array_unref (t->words);
-  g_array_unref (t->counts);
+  psm_vocab_free (t->words);
   g_free (t);
 }
 
@@ -604,7 +518,7 @@ ext_id (Cnndm *t, PsmBatch *b, int32_t gid)
     return GPOINTER_TO_INT (v) - 1;
   if (!b->oov_words)
     b->oov_words = g_ptr_array_new_with_free_func (g_free);
-  g_ptr_array_add (b->oov_words, g_strdup (t->words->pdata[gid]));
+  g_ptr_array_add (b->oov_words, g_strdup (psm_vocab_word (t->words, gid)));
   int32_t id = t->V + (int32_t) b->oov_words->len - 1;
   g_hash_table_insert (t->oov, GINT_TO_POINTER (gid), GINT_TO_POINTER (id + 1));
   return id;
@@ -686,7 +600,7 @@ cn_token_text (void *self, const PsmBatch *b, int ex, int32_t id)
 {
   Cnndm *t = self;
   if (id >= 0 && id < t->V)
-    return t->words->pdata[id];
+    return psm_vocab_word (t->words, id);
   if (b->oov_words && id >= b->ext_base && id - b->ext_base < (int) b->oov_words->len)
     return b->oov_words->pdata[id - b->ext_base];
   return special[UNK];
@@ -696,14 +610,9 @@ static gboolean
 cn_save (void *self, const char *dir, GError **error)
 {
   Cnndm *t = self;
-  GString *s = g_string_new (NULL);
-  for (int i = 0; i < t->V; i++)
-    g_string_append_printf (s, "%s\t%" G_GINT64_FORMAT "\n", (const char *) t->words->pdata[i],
-                            g_array_index (t->counts, gint64, i));
   char *path = g_build_filename (dir, "vocab.txt", NULL);
-  gboolean ok = g_file_set_contents (path, s->str, (gssize) s->len, error);
+  gboolean ok = psm_vocab_save (t->words, t->V, path, error);
   g_free (path);
-  g_string_free (s, TRUE);
   return ok;
 }
 

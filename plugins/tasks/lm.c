@@ -48,9 +48,7 @@ typedef struct {
 typedef struct {
   int bptt;
   int stride;                 /* training segments start this far apart */
-  GPtrArray *words;           /* id -> word */
-  GHashTable *index;          /* word -> id + 1 */
-  GArray *counts;             /* gint64, training counts */
+  PsmVocab *vocab;            /* every training word, most frequent first */
   int unk, eos;               /* ids, or -1 */
   Stream split[3];
   long train_seg;             /* next training segment */
@@ -67,19 +65,6 @@ static const PsmParamSpec params[] = {
   { "max_train", PSM_PARAM_INT, "0", 0, 2000000000, "use the first N training words (0 = all)", NULL },
   PSM_PARAM_END
 };
-
-static int32_t
-intern (Lm *t, const char *w)
-{
-  gpointer v = g_hash_table_lookup (t->index, w);
-  if (v)
-    return GPOINTER_TO_INT (v) - 1;
-  char *own = g_strdup (w);
-  g_ptr_array_add (t->words, own);
-  int32_t id = (int32_t) t->words->len - 1;
-  g_hash_table_insert (t->index, own, GINT_TO_POINTER (id + 1));
-  return id;
-}
 
 /* Calls fn (word, line, ud) for every word of the file, <eos> after each
  * line. */
@@ -114,7 +99,7 @@ each_word (const char *path, gboolean (*fn) (const char *, long, void *, GError 
 typedef struct {
   Lm *t;
   GArray *ids;
-  GHashTable *count;   /* word -> gint64 * (building the vocabulary) */
+  PsmWordCounts *count;   /* building the vocabulary */
   const char *path;
   long max;
   long n_words;
@@ -124,12 +109,7 @@ static gboolean
 count_word (const char *w, long line, void *ud, GError **error)
 {
   Reader *r = ud;
-  gint64 *c = g_hash_table_lookup (r->count, w);
-  if (!c) {
-    c = g_new0 (gint64, 1);
-    g_hash_table_insert (r->count, g_strdup (w), c);
-  }
-  (*c)++;
+  psm_word_counts_add (r->count, w, 1);
   r->n_words++;
   return TRUE;
 }
@@ -140,8 +120,8 @@ map_word (const char *w, long line, void *ud, GError **error)
   Reader *r = ud;
   if (r->max && (long) r->ids->len >= r->max)
     return TRUE;
-  gpointer v = g_hash_table_lookup (r->t->index, w);
-  int32_t id = v ? GPOINTER_TO_INT (v) - 1 : r->t->unk;
+  int32_t id = psm_vocab_id (r->t->vocab, w);
+  id = id >= 0 ? id : r->t->unk;
   if (id < 0) {
     g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
                  "%s:%ld: the word '%s' is not in the training vocabulary, which has no <unk> to map it to", r->path,
@@ -152,79 +132,18 @@ map_word (const char *w, long line, void *ud, GError **error)
   return TRUE;
 }
 
-typedef struct {
-  const char *w;
-  gint64 n;
-} WordCount;
-
-static int
-by_count (const void *a, const void *b)
-{
-  const WordCount *x = a, *y = b;
-  return x->n != y->n ? (x->n < y->n ? 1 : -1) : strcmp (x->w, y->w);
-}
-
 static gboolean
 build_vocab (Lm *t, const char *path, GError **error)
 {
-  Reader r = { t, NULL, g_hash_table_new_full (g_str_hash, g_str_equal, g_free, g_free), path, 0, 0 };
+  Reader r = { t, NULL, psm_word_counts_new (), path, 0, 0 };
   gboolean ok = each_word (path, count_word, &r, error);
   if (ok && r.n_words == 0) {
     g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: no words", path);
     ok = FALSE;
   }
-  if (ok) {
-    guint n = g_hash_table_size (r.count);
-    WordCount *wc = g_new (WordCount, n);
-    GHashTableIter it;
-    gpointer k, v;
-    guint i = 0;
-    g_hash_table_iter_init (&it, r.count);
-    while (g_hash_table_iter_next (&it, &k, &v))
-      wc[i++] = (WordCount) { k, *(gint64 *) v };
-    qsort (wc, n, sizeof *wc, by_count);
-    for (i = 0; i < n; i++) {
-      intern (t, wc[i].w);
-      g_array_append_val (t->counts, wc[i].n);
-    }
-    g_free (wc);
-  }
-  g_hash_table_destroy (r.count);
-  return ok;
-}
-
-static gboolean
-load_vocab (Lm *t, const char *path, GError **error)
-{
-  char *text = NULL;
-  if (!g_file_get_contents (path, &text, NULL, error))
-    return FALSE;
-  char **lines = g_strsplit (text, "\n", -1);
-  g_free (text);
-  gboolean ok = TRUE;
-  int n = 0;
-  for (char **l = lines; *l && ok; l++) {
-    if (!**l)
-      continue;
-    n++;
-    char *tab = strchr (*l, '\t');
-    if (tab)
-      *tab = '\0';
-    if (!**l || strchr (*l, ' ') || g_hash_table_contains (t->index, *l)) {
-      g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
-                   "%s:%d: bad vocabulary entry '%s' (expected one word a line, each once)", path, n, *l);
-      ok = FALSE;
-      break;
-    }
-    intern (t, *l);
-    gint64 c = tab ? g_ascii_strtoll (tab + 1, NULL, 10) : 0;
-    g_array_append_val (t->counts, c);
-  }
-  g_strfreev (lines);
-  if (ok && n == 0) {
-    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: an empty vocabulary", path);
-    ok = FALSE;
-  }
+  if (ok)
+    psm_vocab_add_by_count (t->vocab, r.count, 0);
+  psm_word_counts_free (r.count);
   return ok;
 }
 
@@ -257,9 +176,7 @@ lm_create (const PsmSection *cfg, const PsmTaskCtx *ctx, GError **error)
     g_free (t);
     return NULL;
   }
-  t->words = g_ptr_array_new_with_free_func (g_free);
-  t->index = g_hash_table_new (g_str_hash, g_str_equal);
-  t->counts = g_array_new (FALSE, FALSE, sizeof (gint64));
+  t->vocab = psm_vocab_new ();
   long max_train = (long) psm_section_int (cfg, "max_train");
   if (ctx->check) {
     /* psm-run --check: short streams exercise every path */
@@ -273,15 +190,13 @@ lm_create (const PsmSection *cfg, const PsmTaskCtx *ctx, GError **error)
   char *vpath = ctx->run_dir ? g_build_filename (ctx->run_dir, "vocab.txt", NULL) : NULL;
   gboolean ok;
   if (vpath && g_file_test (vpath, G_FILE_TEST_EXISTS))
-    ok = load_vocab (t, vpath, error);
+    ok = psm_vocab_load (t->vocab, vpath, NULL, error);
   else
     ok = build_vocab (t, psm_section_string (cfg, "train"), error);
   g_free (vpath);
   if (ok) {
-    gpointer v = g_hash_table_lookup (t->index, "<unk>");
-    t->unk = v ? GPOINTER_TO_INT (v) - 1 : -1;
-    v = g_hash_table_lookup (t->index, "<eos>");
-    t->eos = v ? GPOINTER_TO_INT (v) - 1 : -1;
+    t->unk = psm_vocab_id (t->vocab, "<unk>");
+    t->eos = psm_vocab_id (t->vocab, "<eos>");
   }
   for (int k = eval_only ? 1 : 0; k < 3 && ok; k++) {
     ok = read_split (t, psm_section_string (cfg, names[k]), k == 0 ? max_train : ctx->check ? 600 : 0,
@@ -305,9 +220,7 @@ lm_destroy (void *self)
     g_free (t->split[k].start);
     g_free (t->split[k].len);
   }
-  g_hash_table_destroy (t->index);
-  g_ptr_array_unref (t->words);
-  g_array_free (t->counts, TRUE);
+  psm_vocab_free (t->vocab);
   g_free (t);
 }
 
@@ -315,7 +228,7 @@ static void
 lm_info (void *self, PsmTaskInfo *info)
 {
   Lm *t = self;
-  int V = (int) t->words->len;
+  int V = psm_vocab_size (t->vocab);
   info->src_vocab = info->tgt_vocab = info->ext_base = V;
   info->max_src_len = info->max_tgt_len = t->bptt;
   info->bos_id = info->eos_id = -1;   /* no decoder: nothing starts or ends a sequence */
@@ -453,21 +366,16 @@ static const char *
 lm_token_text (void *self, const PsmBatch *b, int ex, int32_t id)
 {
   Lm *t = self;
-  return id >= 0 && id < (int32_t) t->words->len ? t->words->pdata[id] : "<?>";
+  const char *w = psm_vocab_word (t->vocab, id);
+  return w ? w : "<?>";
 }
 
 static gboolean
 lm_save (void *self, const char *dir, GError **error)
 {
-  Lm *t = self;
-  GString *s = g_string_new (NULL);
-  for (guint i = 0; i < t->words->len; i++)
-    g_string_append_printf (s, "%s\t%" G_GINT64_FORMAT "\n", (const char *) t->words->pdata[i],
-                            g_array_index (t->counts, gint64, i));
   char *path = g_build_filename (dir, "vocab.txt", NULL);
-  gboolean ok = g_file_set_contents (path, s->str, (gssize) s->len, error);
+  gboolean ok = psm_vocab_save (((Lm *) self)->vocab, -1, path, error);
   g_free (path);
-  g_string_free (s, TRUE);
   return ok;
 }
 
