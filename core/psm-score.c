@@ -61,9 +61,11 @@ split_sentences (const char *line, const char *sep)
 }
 
 gboolean
-psm_score_files (const char *const *metrics, const char *const *sets, const char *hyp_path, const char *ref_path,
-                 const char *src_path, const char *sep, GError **error)
+psm_score_files (const char *const *metrics, const char *const *sets, const char *hyp_path,
+                 const char *const *ref_paths, const char *src_path, const char *sep, GError **error)
 {
+  int n_ref = ref_paths ? (int) g_strv_length ((char **) ref_paths) : 0;
+  g_return_val_if_fail (n_ref >= 1, FALSE);
   int nm = metrics ? (int) g_strv_length ((char **) metrics) : 0;
   if (nm == 0) {
     g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_USAGE, "score: name a metric with --metric (e.g. rouge)");
@@ -75,7 +77,8 @@ psm_score_files (const char *const *metrics, const char *const *sets, const char
   const PsmPlugin **plug = g_new0 (const PsmPlugin *, nm);
   PsmSection **sec = g_new0 (PsmSection *, nm);
   void **inst = g_new0 (void *, nm);
-  char **hyp = NULL, **ref = NULL, **src = NULL;
+  char **hyp = NULL, **src = NULL;
+  char ***ref = g_new0 (char **, n_ref);
   gboolean ok = TRUE;
   for (int i = 0; i < nm && ok; i++) {
     plug[i] = psm_plugin_find (PSM_KIND_METRIC, metrics[i], error);
@@ -83,7 +86,16 @@ psm_score_files (const char *const *metrics, const char *const *sets, const char
     if (ok && !PSM_CLASS_HOOK ((const PsmMetricClass *) plug[i]->desc->klass, add_text)) {
       g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_USAGE,
                    "score: metric '%s' scores token ids, not texts (it has no add_text); text metrics: rouge, "
-                   "repetition, novel_ngrams", metrics[i]);
+                   "bleu, repetition, novel_ngrams", metrics[i]);
+      ok = FALSE;
+    }
+    const PsmMetricClass *mk = ok ? plug[i]->desc->klass : NULL;
+    gboolean multi = ok && mk->size >= G_STRUCT_OFFSET (PsmMetricClass, multi_reference) + sizeof (gboolean) &&
+                     mk->multi_reference;
+    if (ok && n_ref > 1 && !multi) {
+      g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_USAGE,
+                   "score: %d reference files, but metric '%s' takes one reference an example (several: bleu)",
+                   n_ref, metrics[i]);
       ok = FALSE;
     }
     if (ok && !config_setting_get_member (config_root_setting (&cfg), metrics[i]))
@@ -121,20 +133,31 @@ psm_score_files (const char *const *metrics, const char *const *sets, const char
     inst[i] = k->create (sec[i], error);
     ok = inst[i] != NULL;
   }
-  if (ok && strcmp (hyp_path, "-") == 0 && (strcmp (ref_path, "-") == 0 || (src_path && strcmp (src_path, "-") == 0))) {
+  int n_stdin = strcmp (hyp_path, "-") == 0 && 1;
+  for (int r = 0; r < n_ref; r++)
+    n_stdin += strcmp (ref_paths[r], "-") == 0;
+  n_stdin += src_path && strcmp (src_path, "-") == 0;
+  if (ok && n_stdin > 1) {
     g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_USAGE, "score: only one of the files can be - (standard input)");
     ok = FALSE;
   }
-  if (ok)
-    ok = (hyp = psm_read_lines (hyp_path, "summaries", error)) &&
-         (ref = psm_read_lines (ref_path, "references", error)) &&
-         (!src_path || (src = psm_read_lines (src_path, "sources", error)));
-  guint nh = ok ? g_strv_length (hyp) : 0, nr = ok ? g_strv_length (ref) : 0;
-  if (ok && (nh != nr || (src && g_strv_length (src) != nh))) {
-    char *third = src ? g_strdup_printf (", %s %u", src_path, g_strv_length (src)) : g_strdup ("");
+  ok = ok && (hyp = psm_read_lines (hyp_path, "summaries", error));
+  for (int r = 0; r < n_ref && ok; r++)
+    ok = (ref[r] = psm_read_lines (ref_paths[r], "references", error)) != NULL;
+  ok = ok && (!src_path || (src = psm_read_lines (src_path, "sources", error)));
+  guint nh = ok ? g_strv_length (hyp) : 0;
+  for (int r = 0; r < n_ref && ok; r++) {
+    guint nr = g_strv_length (ref[r]);
+    if (nr != nh) {
+      g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
+                   "score: the files are not line-aligned: %s has %u lines, %s %u", hyp_path, nh, ref_paths[r], nr);
+      ok = FALSE;
+    }
+  }
+  if (ok && src && g_strv_length (src) != nh) {
     g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
-                 "score: the files are not line-aligned: %s has %u lines, %s %u%s", hyp_path, nh, ref_path, nr, third);
-    g_free (third);
+                 "score: the files are not line-aligned: %s has %u lines, %s %u", hyp_path, nh, src_path,
+                 g_strv_length (src));
     ok = FALSE;
   }
   if (ok && nh == 0) {
@@ -142,13 +165,20 @@ psm_score_files (const char *const *metrics, const char *const *sets, const char
     ok = FALSE;
   }
   for (guint l = 0; ok && l < nh; l++) {
-    char *h = split_sentences (hyp[l], sep), *r = split_sentences (ref[l], sep);
+    /* several reference files: their lines, as lines of one reference */
+    char *h = split_sentences (hyp[l], sep);
+    GString *r = g_string_new (NULL);
+    for (int k = 0; k < n_ref; k++) {
+      char *one = split_sentences (ref[k][l], sep);
+      g_string_append_printf (r, "%s%s", k ? "\n" : "", one);
+      g_free (one);
+    }
     for (int i = 0; i < nm; i++) {
       const PsmMetricClass *k = plug[i]->desc->klass;
-      k->add_text (inst[i], h, r, src ? src[l] : NULL);
+      k->add_text (inst[i], h, r->str, src ? src[l] : NULL);
     }
     g_free (h);
-    g_free (r);
+    g_string_free (r, TRUE);
   }
   for (int i = 0; i < nm && ok; i++) {
     const PsmMetricClass *k = plug[i]->desc->klass;
@@ -169,7 +199,9 @@ psm_score_files (const char *const *metrics, const char *const *sets, const char
   g_free (sec);
   g_free (plug);
   g_strfreev (hyp);
-  g_strfreev (ref);
+  for (int r = 0; r < n_ref; r++)
+    g_strfreev (ref[r]);
+  g_free (ref);
   g_strfreev (src);
   config_destroy (&cfg);
   return ok;

@@ -229,6 +229,20 @@ expect 2 "score: a metric of token ids" "metric 'error_rate' scores token ids" -
 expect 2 "score: a bad metric setting" "rouge.stemm: unknown key" -- \
   "$run" score --metric rouge --set rouge.stemm=false "$tmp/hyp.txt" "$tmp/ref.txt"
 expect 1 "score: a missing file" "nosuch.txt (references)" -- "$run" score --metric rouge "$tmp/hyp.txt" "$tmp/nosuch.txt"
+# BLEU (worked out in tests/test-metric-bleu.c): one reference file, then a
+# second one of alternative references that changes the closest lengths
+printf 'the cat sat on the mat\na b c d e\n' > "$tmp/bh.txt"
+printf 'the cat is on the mat\na b c d f g h\n' > "$tmp/br0.txt"
+printf 'x\na b c d\n' > "$tmp/br1.txt"
+expect 0 "score: BLEU of one reference file (brevity penalty exp(1 - 13/11))" \
+  "bleu (2 summaries):  BLEU 38.77  p1 81.82  p2 66.67  p3 42.86  p4 20.00  BP 0.83  ratio 0.85  hyp_len 11.00  ref_len 13.00" -- \
+  "$run" score --metric bleu "$tmp/bh.txt" "$tmp/br0.txt"
+expect 0 "score: BLEU with two reference files" "BLEU 46.50 .* ref_len 10.00" -- \
+  "$run" score --metric bleu "$tmp/bh.txt" "$tmp/br0.txt" "$tmp/br1.txt"
+expect 2 "score: several reference files for a metric of one reference" "2 reference files, but metric 'rouge' takes one" -- \
+  "$run" score --metric bleu --metric rouge "$tmp/bh.txt" "$tmp/br0.txt" "$tmp/br1.txt"
+expect 1 "score: reference files of different lengths" "not line-aligned: .*bh.txt has 2 lines, .*short.txt 1" -- \
+  "$run" score --metric bleu "$tmp/bh.txt" "$tmp/br0.txt" "$tmp/short.txt"
 
 # a language model over streams: the state carried, every position predicted
 # lines counting up from a random word (mod 20): the next word is predictable

@@ -124,7 +124,8 @@ main (int argc, char **argv)
   g_option_context_add_main_entries (ctx, entries, NULL);
   g_option_context_set_description (ctx,
     "psm-run score --metric NAME [--sep TOKEN] [--source FILE] [--set NAME.key=value] SUMMARIES REFERENCES\n"
-    "scores line-aligned files with text metrics, without a pipeline.\n\n"
+    "  [REFERENCES...]: scores line-aligned files with text metrics, without a pipeline\n"
+    "  (several reference files: alternative references, for bleu).\n\n"
     "Exit status: 0 ok, 1 runtime error (NaN loss, I/O, corrupt data or checkpoint),\n"
     "2 usage or configuration error. Plugins are searched in $PSM_PLUGIN_PATH, then\n"
     "the installed plugin folder. See psm-run(1) and psm-pipeline(5).\n");
@@ -143,12 +144,17 @@ main (int argc, char **argv)
   if (opt_list)
     return do_list ();
   if (argc >= 2 && strcmp (argv[1], "score") == 0) {
-    if (argc != 4) {
-      fprintf (stderr, "psm-run: score: expected two files, SUMMARIES REFERENCES (try --help)\n");
+    if (argc < 4) {
+      fprintf (stderr, "psm-run: score: expected two files or more, SUMMARIES REFERENCES [REFERENCES...] (try "
+               "--help)\n");
       return 2;
     }
-    gboolean ok = psm_score_files ((const char *const *) opt_metric, (const char *const *) opt_set, argv[2], argv[3],
+    const char **refs = g_new0 (const char *, argc - 2);   /* NULL-ended */
+    for (int i = 3; i < argc; i++)
+      refs[i - 3] = argv[i];
+    gboolean ok = psm_score_files ((const char *const *) opt_metric, (const char *const *) opt_set, argv[2], refs,
                                    opt_source, opt_sep ? opt_sep : "<q>", &e);
+    g_free (refs);
     return ok ? 0 : fail (e);
   }
   if (argc != 2) {

@@ -35,6 +35,10 @@ typedef struct {
    * not cut at the task's max_tgt / max_src when the task can say so (its
    * example_text hook). */
   void (*add_text) (void *self, const char *hyp, const char *ref, const char *src);
+  /* ABI 1.7: add_text's reference lines are alternative references of the
+   * hypothesis (BLEU), not sentences of one reference; psm-run score then
+   * takes several reference files. */
+  gboolean multi_reference;
 } PsmMetricClass;
 
 G_END_DECLS

@@ -141,12 +141,14 @@ gboolean psm_run_select_phase (PsmPipeline **pl, PsmModel **m, GError **error);
 gboolean psm_run_check_phases (PsmPipeline **pl, PsmModel **m, GError **error);
 
 /* psm-run score: the text metrics named (NULL-terminated) over line-aligned
- * files — summaries, references and optionally sources ("-": standard
+ * files — summaries, references (refs, NULL-terminated: one file, or
+ * several of alternative references for metrics that take them,
+ * PsmMetricClass.multi_reference) and optionally sources ("-": standard
  * input), one example a line, sentences separated by the token sep (NULL:
  * none) — printing one line of scores per metric. sets: "METRIC.key=value"
  * settings of the metrics. */
-gboolean psm_score_files (const char *const *metrics, const char *const *sets, const char *hyp, const char *ref,
-                          const char *src, const char *sep, GError **error);
+gboolean psm_score_files (const char *const *metrics, const char *const *sets, const char *hyp,
+                          const char *const *refs, const char *src, const char *sep, GError **error);
 
 G_END_DECLS
 #endif

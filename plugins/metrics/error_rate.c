@@ -38,7 +38,7 @@ er_report (void *self, PsmMetricReport *out)
 }
 
 static const PsmMetricClass klass = {
-  sizeof (PsmMetricClass), er_create, er_destroy, er_reset, er_add, NULL, er_report, FALSE, NULL
+  sizeof (PsmMetricClass), er_create, er_destroy, er_reset, er_add, NULL, er_report, FALSE, NULL, FALSE
 };
 
 PSM_PLUGIN (PSM_KIND_METRIC, "error_rate", "percentage of wrongly predicted target tokens", NULL, NULL, &klass)

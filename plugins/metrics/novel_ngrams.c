@@ -154,7 +154,7 @@ nov_report (void *self, PsmMetricReport *out)
 }
 
 static const PsmMetricClass klass = {
-  sizeof (PsmMetricClass), nov_create, nov_destroy, nov_reset, NULL, NULL, nov_report, TRUE, nov_add_text
+  sizeof (PsmMetricClass), nov_create, nov_destroy, nov_reset, NULL, NULL, nov_report, TRUE, nov_add_text, FALSE
 };
 
 PSM_PLUGIN (PSM_KIND_METRIC, "novel_ngrams",

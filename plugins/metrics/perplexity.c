@@ -43,7 +43,7 @@ px_report (void *self, PsmMetricReport *out)
 }
 
 static const PsmMetricClass klass = {
-  sizeof (PsmMetricClass), px_create, px_destroy, px_reset, NULL, px_add_loss, px_report, FALSE, NULL
+  sizeof (PsmMetricClass), px_create, px_destroy, px_reset, NULL, px_add_loss, px_report, FALSE, NULL, FALSE
 };
 
 PSM_PLUGIN (PSM_KIND_METRIC, "perplexity", "exp of the mean negative log-likelihood per target word", NULL, NULL,

@@ -72,7 +72,7 @@ rep_report (void *self, PsmMetricReport *out)
 }
 
 static const PsmMetricClass klass = {
-  sizeof (PsmMetricClass), rep_create, rep_destroy, rep_reset, NULL, NULL, rep_report, FALSE, rep_add_text
+  sizeof (PsmMetricClass), rep_create, rep_destroy, rep_reset, NULL, NULL, rep_report, FALSE, rep_add_text, FALSE
 };
 
 PSM_PLUGIN (PSM_KIND_METRIC, "repetition",

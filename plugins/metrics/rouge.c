@@ -686,7 +686,7 @@ rouge_destroy (void *self)
 
 static const PsmMetricClass klass = {
   sizeof (PsmMetricClass), rouge_create, rouge_destroy, rouge_reset, NULL, NULL, rouge_report, TRUE,
-  rouge_add_text
+  rouge_add_text, FALSE
 };
 
 PSM_PLUGIN (PSM_KIND_METRIC, "rouge",
