@@ -1,6 +1,8 @@
 /* test-head-pointer_softmax.c — the pointer softmax head: loss against
  * eq. 6-7 computed by hand, gradient check of every parameter and input,
- * decoding scores, and bad configs. */
+ * decoding scores, and bad configs; the same on an attention decoder
+ * (seq2seq: x_t = [s_t; c_t; y_(t-1)], the attention as the location
+ * softmax) over several target steps, one of them masked. */
 #include "config.h"
 #include <math.h>
 #include <string.h>
@@ -165,6 +167,171 @@ START_TEST (test_bad_config)
 }
 END_TEST
 
+/* ---- on an attention decoder ---- */
+
+enum { TY = 3, SB = 2, ST = 4, SS = 4, SC = 3, SE = 2, SV = 5 };
+
+typedef struct {
+  const PsmHeadClass *hk;
+  void *head;
+  PsmParams *params;
+  float state[TY * SB * SS], gstate[TY * SB * SS];
+  float ctx[TY * SB * SC], gctx[TY * SB * SC];
+  float in[TY * SB * SE], gin[TY * SB * SE];
+  float e[TY * SB * ST], ge[TY * SB * ST];     /* attention logits */
+  float mask[ST * SB], amask[TY * SB * ST];
+  PsmBatch batch;
+} S2s;
+
+static PsmTaskInfo s2s_info = { sizeof (PsmTaskInfo), 10, SV, 10, ST, TY, -1, -1, 0 };
+
+static void
+s2s_setup (S2s *f)
+{
+  const PsmPluginDesc *d = psm_test_plugin (PSM_KIND_HEAD, "pointer_softmax");
+  f->hk = d->klass;
+  char *errs = NULL;
+  const PsmSection *sec = psm_test_section ("plugin = \"pointer_softmax\"; hidden = 5; switch_hidden = 3;",
+                                            "model.head", d->params, &errs);
+  ck_assert_msg (sec, "%s", errs);
+  f->params = psm_params_new ();
+  PsmBuildCtx ctx = { sizeof ctx, f->params, "head.", &s2s_info, SE, 6, 6, SS, SC, TRUE };
+  GError *e = NULL;
+  f->head = f->hk->create (sec, &ctx, &e);
+  ck_assert_msg (f->head, "create: %s", e ? e->message : "?");
+  PsmRng rng;
+  psm_rng_seed (&rng, 13);
+  ck_assert (psm_params_finalize (f->params, &rng, NULL));
+  psm_test_fill (psm_params_data (f->params), psm_params_size (f->params), 0.5f, &rng);
+  psm_test_fill (f->state, TY * SB * SS, 1.0f, &rng);
+  psm_test_fill (f->ctx, TY * SB * SC, 1.0f, &rng);
+  psm_test_fill (f->in, TY * SB * SE, 1.0f, &rng);
+  psm_test_fill (f->e, TY * SB * ST, 1.0f, &rng);
+  psm_batch_init (&f->batch);
+  psm_batch_reserve (&f->batch, SB, ST, TY);
+  for (int t = 0; t < ST; t++)
+    for (int b = 0; b < SB; b++) {
+      f->mask[t * SB + b] = (b == 1 && t == 3) ? 0.0f : 1.0f;   /* example 1: 3 positions */
+      f->batch.src[t * SB + b] = f->batch.src_ext[t * SB + b] = 1 + t + 2 * b;
+      f->batch.src_mask[t * SB + b] = f->mask[t * SB + b];
+    }
+  for (int r = 0; r < TY * SB; r++)
+    for (int j = 0; j < ST; j++)
+      f->amask[r * ST + j] = f->mask[j * SB + r % SB];
+  /* [t, b]: shortlist, point, point / shortlist, point, masked */
+  int32_t tgt[TY * SB] = { 3, 2, 0, 0, 1, 0 }, loc[TY * SB] = { -1, -1, 2, 1, 0, -1 };
+  float sw[TY * SB] = { 1, 1, 0, 0, 0, 1 }, m[TY * SB] = { 1, 1, 1, 1, 1, 0 };
+  for (int r = 0; r < TY * SB; r++) {
+    f->batch.tgt[r] = tgt[r];
+    f->batch.tgt_loc[r] = loc[r];
+    f->batch.tgt_switch[r] = sw[r];
+    f->batch.tgt_mask[r] = m[r];
+    f->batch.tgt_ext[r] = sw[r] ? tgt[r] : f->batch.src_ext[loc[r] * SB + r % SB];
+  }
+}
+
+/* The decoder outputs of steps [t0, t0 + n) (gradients only for the whole). */
+static void
+s2s_inputs (S2s *f, PsmGraph *g, int t0, int n, PsmEncoding *enc, PsmDecOut *out)
+{
+  gboolean all = t0 == 0 && n == TY;
+  int ss[3] = { n, SB, SS }, cs[3] = { n, SB, SC }, is[3] = { n, SB, SE }, es[2] = { n * SB, ST },
+      as[3] = { n, SB, ST };
+  memset (enc, 0, sizeof *enc);
+  enc->T = ST;
+  enc->B = SB;
+  enc->mask = f->mask;
+  enc->src = f->batch.src;
+  memset (out, 0, sizeof *out);
+  out->Ty = n;
+  out->B = SB;
+  out->state = psm_tensor_wrap (g, f->state + t0 * SB * SS, all ? f->gstate : NULL, 3, ss);
+  out->context = psm_tensor_wrap (g, f->ctx + t0 * SB * SC, all ? f->gctx : NULL, 3, cs);
+  out->input = psm_tensor_wrap (g, f->in + t0 * SB * SE, all ? f->gin : NULL, 3, is);
+  PsmTensor *a = psm_masked_softmax (g, psm_tensor_wrap (g, f->e + t0 * SB * ST, all ? f->ge : NULL, 2, es),
+                                     f->amask + t0 * SB * ST);
+  out->attn = psm_tensor_reshape (g, a, 3, as);
+}
+
+static PsmTensor *
+s2s_loss (PsmGraph *g, void *ud)
+{
+  S2s *f = ud;
+  PsmEncoding enc;
+  PsmDecOut out;
+  s2s_inputs (f, g, 0, TY, &enc, &out);
+  return f->hk->loss (f->head, g, f->params, &enc, &out, &f->batch);
+}
+
+START_TEST (test_seq2seq)
+{
+  S2s f;
+  s2s_setup (&f);
+  psm_test_gradcheck ("pointer_softmax seq2seq params", s2s_loss, &f, psm_params_data (f.params),
+                      psm_params_grad (f.params), psm_params_size (f.params), 1e-2f, 2e-3, 2e-2, 400);
+  psm_test_gradcheck ("pointer_softmax seq2seq state", s2s_loss, &f, f.state, f.gstate, TY * SB * SS, 1e-2f, 2e-3,
+                      2e-2, 400);
+  psm_test_gradcheck ("pointer_softmax seq2seq context", s2s_loss, &f, f.ctx, f.gctx, TY * SB * SC, 1e-2f, 2e-3,
+                      2e-2, 400);
+  psm_test_gradcheck ("pointer_softmax seq2seq input", s2s_loss, &f, f.in, f.gin, TY * SB * SE, 1e-2f, 2e-3, 2e-2,
+                      400);
+  psm_test_gradcheck ("pointer_softmax seq2seq attention", s2s_loss, &f, f.e, f.ge, TY * SB * ST, 1e-2f, 2e-3,
+                      2e-2, 400);
+  /* the loss over all steps is the mean over real target steps of
+   * -log p(y, z) read off each step's decoding scores */
+  PsmGraph *g = psm_graph_new ();
+  psm_graph_set_grad (g, FALSE);
+  PsmEncoding enc;
+  PsmDecOut out;
+  s2s_inputs (&f, g, 0, TY, &enc, &out);
+  float loss = f.hk->loss (f.head, g, f.params, &enc, &out, &f.batch)->data[0];
+  double want = 0.0, W = 0.0;
+  for (int t = 0; t < TY; t++) {
+    s2s_inputs (&f, g, t, 1, &enc, &out);
+    PsmTensor *sc = f.hk->scores (f.head, g, f.params, &enc, &out, &f.batch);
+    PsmTensor *d = f.hk->gate (f.head, g, f.params, &enc, &out, &f.batch);
+    int S = f.hk->space_size (f.head, &f.batch);
+    ck_assert_int_eq (S, SV + ST);
+    for (int b = 0; b < SB; b++) {
+      const float *row = sc->data + b * S;
+      double total = 0.0, shortlist = 0.0;
+      for (int k = 0; k < S; k++)
+        if (isfinite (row[k])) {
+          total += exp (row[k]);
+          shortlist += k < SV ? exp (row[k]) : 0.0;
+        }
+      ck_assert_msg (fabs (total - 1.0) < 1e-4, "step %d row %d: scores sum to %g", t, b, total);
+      ck_assert_msg (fabs (shortlist - d->data[b]) < 1e-4, "the gate is the shortlist's mass");
+      if (b == 1)
+        ck_assert (isinf (row[SV + 3]) && row[SV + 3] < 0);   /* padding */
+      int r = t * SB + b;
+      if (f.batch.tgt_mask[r] == 0.0f)
+        continue;
+      int slot = f.batch.tgt_switch[r] ? f.batch.tgt[r] : SV + f.batch.tgt_loc[r];
+      want -= row[slot];
+      W += 1.0;
+      ck_assert_int_eq (f.hk->slot_token (f.head, &f.batch, b, slot), f.batch.tgt_ext[r]);
+    }
+  }
+  ck_assert_msg (fabs (want / W - loss) < 1e-4, "loss %g, eq. 6-7 give %g", loss, want / W);
+  psm_graph_free (g);
+  f.hk->destroy (f.head);
+  psm_params_free (f.params);
+  /* an attention decoder without a context vector */
+  const PsmPluginDesc *dsc = psm_test_plugin (PSM_KIND_HEAD, "pointer_softmax");
+  char *errs = NULL;
+  const PsmSection *sec = psm_test_section ("plugin = \"pointer_softmax\";", "model.head", dsc->params, &errs);
+  PsmParams *p = psm_params_new ();
+  PsmBuildCtx ctx = { sizeof ctx, p, "head.", &s2s_info, SE, 6, 6, SS, 0, TRUE };
+  GError *e = NULL;
+  ck_assert (!f.hk->create (sec, &ctx, &e));
+  ck_assert_msg (strstr (e->message, "no context vector"), "%s", e->message);
+  g_error_free (e);
+  psm_params_free (p);
+  psm_batch_clear (&f.batch);
+}
+END_TEST
+
 int
 main (void)
 {
@@ -174,6 +341,7 @@ main (void)
   tcase_add_test (tc, test_summary_location);
   tcase_add_test (tc, test_pointer_location);
   tcase_add_test (tc, test_bad_config);
+  tcase_add_test (tc, test_seq2seq);
   suite_add_tcase (s, tc);
   return psm_test_run (s);
 }

@@ -17,13 +17,25 @@
  *                      -log(1 - d_t) - log l_t[loc_t]     if z_t = 0
  * averaged over target steps. Decoding scores the concatenation
  * [log d_t + log w_t ; log(1 - d_t) + log l_t] and takes the best slot:
- * a shortlist word, or the word at a source position. */
+ * a shortlist word, or the word at a source position.
+ *
+ * On an attention decoder (seq2seq, Gulcehre et al. §3-4, §5.2-5.3) every
+ * target step t reads the decoder's state s_t, context c_t and input
+ * embedding y_(t-1), x_t = [s_t; c_t; y_(t-1)]:
+ *   shortlist  u_w = tanh(x_t W_w + b_w),  w_t = softmax(u_w U_w + b_U)
+ *   location   l_t = the decoder's attention a_t over the source positions
+ *              (§4: the location softmax is the attention mechanism)
+ *   switch     x = v_d^T relu(x_t W_d + b_d) + b_v,  d_t = s(k x)
+ * with the same loss (every step's shortlist projection as one GEMM, and
+ * only the targets' probabilities gathered) and decoding. */
 #include <math.h>
 #include <string.h>
 #include <psm/psm.h>
 
 typedef struct {
   int Hs, Ha, V, hidden, attn, sw, maxT;
+  gboolean seq2seq;              /* location = the decoder's attention */
+  int X;                         /* seq2seq: size of x_t = [s_t; c_t; y_(t-1)] */
   gboolean summary;              /* location from c alone (§5.1) */
   float k;
   int w_w, b_w, u_w, b_U;        /* shortlist */
@@ -35,7 +47,8 @@ typedef struct {
 static const PsmParamSpec params[] = {
   { "hidden", PSM_PARAM_INT, "256", 1, 16384, "shortlist latent layer u_w", NULL },
   { "location", PSM_PARAM_CHOICE, "pointer", PSM_NO_RANGE,
-    "location softmax: pointer network over annotations, or from the summary c only (§5.1)", "pointer|summary" },
+    "without a decoder: pointer network over annotations, or from the summary c only (§5.1); with an attention "
+    "decoder the location softmax is its attention", "pointer|summary" },
   { "attn_dim", PSM_PARAM_INT, "256", 1, 16384, "location latent layer (pointer scores or u_l)", NULL },
   { "switch_hidden", PSM_PARAM_INT, "128", 1, 16384, "switch MLP hidden layer", NULL },
   { "temperature", PSM_PARAM_FLOAT, "2", 0.01, 100, "inverse temperature k of d = s(k x) (paper: 2)", NULL },
@@ -46,13 +59,31 @@ static const PsmParamSpec params[] = {
 static void *
 ps_create (const PsmSection *cfg, const PsmBuildCtx *ctx, GError **error)
 {
-  if (ctx->has_attention) {
+  if (ctx->has_attention && ctx->context_dim <= 0) {
     g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID,
-                 "%s: reusing a decoder's attention as the location softmax is not implemented yet",
+                 "%s: the decoder has attention but no context vector c_t, which the pointer softmax reads",
                  psm_section_path (cfg));
     return NULL;
   }
   PointerSoftmax *s = g_new0 (PointerSoftmax, 1);
+  if (ctx->has_attention) {
+    s->seq2seq = TRUE;
+    s->Hs = ctx->state_dim;
+    s->V = ctx->task->tgt_vocab;
+    s->X = ctx->state_dim + ctx->context_dim + ctx->emb_dim;
+    s->hidden = (int) psm_section_int (cfg, "hidden");
+    s->sw = (int) psm_section_int (cfg, "switch_hidden");
+    s->k = (float) psm_section_float (cfg, "temperature");
+    s->w_w = psm_build_matrix (ctx, "shortlist.w", s->X, s->hidden, PSM_INIT_XAVIER, 0);
+    s->b_w = psm_build_vector (ctx, "shortlist.b", s->hidden, PSM_INIT_ZEROS, 0);
+    s->u_w = psm_build_matrix (ctx, "shortlist.out_w", s->hidden, s->V, PSM_INIT_XAVIER, 0);
+    s->b_U = psm_build_vector (ctx, "shortlist.out_b", s->V, PSM_INIT_ZEROS, 0);
+    s->w_d = psm_build_matrix (ctx, "switch.w", s->X, s->sw, PSM_INIT_XAVIER, 0);
+    s->b_d = psm_build_vector (ctx, "switch.b", s->sw, PSM_INIT_ZEROS, 0);
+    s->v_d = psm_build_matrix (ctx, "switch.out_w", s->sw, 1, PSM_INIT_XAVIER, 0);
+    s->b_v = psm_build_vector (ctx, "switch.out_b", 1, PSM_INIT_CONST, (float) psm_section_float (cfg, "switch_bias"));
+    return s;
+  }
   s->Hs = ctx->state_dim;
   s->Ha = ctx->enc_dim;
   s->V = ctx->task->tgt_vocab;
@@ -89,6 +120,7 @@ ps_create (const PsmSection *cfg, const PsmBuildCtx *ctx, GError **error)
 static void ps_destroy (void *self) { g_free (self); }
 
 typedef struct {
+  PsmTensor *logits;   /* seq2seq: [B, V] before the log-softmax */
   PsmTensor *logp_w;   /* [B, V] */
   PsmTensor *logp_l;   /* [B, T] */
   PsmTensor *kx;       /* [B, 1] switch logit k x */
@@ -141,11 +173,72 @@ forward_step (PointerSoftmax *s, PsmGraph *g, PsmParams *p, const PsmEncoding *e
   (void) B;
 }
 
+/* seq2seq: x_t = [s_t; c_t; y_(t-1)] of every step as rows [Ty B, X], the
+ * shortlist logits [Ty B, V] and the switch logit k x [Ty B, 1]. */
+static void
+s2s_parts (PointerSoftmax *s, PsmGraph *g, PsmParams *p, const PsmDecOut *out, PsmTensor **logits, PsmTensor **kx)
+{
+  int n = out->Ty * out->B, shape[2] = { n, s->X };
+  PsmTensor *x = psm_tensor_reshape (g, psm_concat (g, psm_concat (g, out->state, out->context), out->input), 2,
+                                     shape);
+  PsmTensor *uw = psm_tanh (g, psm_linear (g, x, psm_param (g, p, s->w_w), psm_param (g, p, s->b_w)));
+  *logits = psm_linear (g, uw, psm_param (g, p, s->u_w), psm_param (g, p, s->b_U));
+  PsmTensor *hd = psm_relu (g, psm_linear (g, x, psm_param (g, p, s->w_d), psm_param (g, p, s->b_d)));
+  *kx = psm_scale (g, psm_linear (g, hd, psm_param (g, p, s->v_d), psm_param (g, p, s->b_v)), s->k);
+}
+
+/* The attention [Ty, B, T] as rows [Ty B, T]. */
+static PsmTensor *
+attn_rows (PsmGraph *g, const PsmDecOut *out)
+{
+  int shape[2] = { out->Ty * out->B, psm_tensor_cols (out->attn) };
+  return psm_tensor_reshape (g, out->attn, 2, shape);
+}
+
+/* -(1/W) sum_r m_r [log p(z_r) + z_r log w_r[y_r] + (1 - z_r) log a_r[loc_r]]
+ * over all steps at once: each op averages over its own weights, rescaled
+ * to the mean over W = sum m. */
+static PsmTensor *
+s2s_loss (PointerSoftmax *s, PsmGraph *g, PsmParams *p, const PsmDecOut *out, const PsmBatch *batch)
+{
+  int n = out->Ty * out->B;
+  float *ws = psm_arena_alloc (psm_graph_arena (g), (size_t) n * sizeof (float));
+  float *wl = psm_arena_alloc (psm_graph_arena (g), (size_t) n * sizeof (float));
+  int32_t *zero = psm_arena_alloc (psm_graph_arena (g), (size_t) n * sizeof (int32_t));
+  double W = 0.0, Ws = 0.0, Wl = 0.0;
+  for (int r = 0; r < n; r++) {
+    float m = batch->tgt_mask[r], z = batch->tgt_switch[r];
+    /* a pointing step needs a location (the task promises one) */
+    ws[r] = m * z;
+    wl[r] = batch->tgt_loc[r] >= 0 ? m * (1.0f - z) : 0.0f;
+    zero[r] = 0;
+    W += m;
+    Ws += ws[r];
+    Wl += wl[r];
+  }
+  int one = 1;
+  if (W == 0.0)
+    return psm_tensor_zeros (g, 1, &one, FALSE);
+  PsmTensor *logits, *kx;
+  s2s_parts (s, g, p, out, &logits, &kx);
+  PsmTensor *loss = psm_bce_logits (g, kx, batch->tgt_switch, batch->tgt_mask);
+  if (Ws > 0)
+    loss = psm_add (g, loss, psm_scale (g, psm_cross_entropy (g, logits, batch->tgt, ws), (float) (Ws / W)));
+  if (Wl > 0) {
+    int col[2] = { n, 1 };
+    PsmTensor *la = psm_log (g, psm_tensor_reshape (g, psm_pick (g, attn_rows (g, out), batch->tgt_loc), 2, col));
+    loss = psm_add (g, loss, psm_scale (g, psm_nll (g, la, zero, wl), (float) (Wl / W)));
+  }
+  return loss;
+}
+
 static PsmTensor *
 ps_loss (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const PsmDecOut *out,
          const PsmBatch *batch)
 {
   PointerSoftmax *s = self;
+  if (s->seq2seq)
+    return s2s_loss (s, g, p, out, batch);
   int B = out->B;
   PsmTensor *keys = s->summary ? NULL : psm_matmul (g, enc->annotations, psm_param (g, p, s->w_k), FALSE, FALSE);
   float *mbt = mask_bt (g, enc);
@@ -201,9 +294,16 @@ ps_scores (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const 
 {
   PointerSoftmax *s = self;
   int B = out->B, T = enc->T, S = s->V + T;
-  PsmTensor *keys = s->summary ? NULL : psm_matmul (g, enc->annotations, psm_param (g, p, s->w_k), FALSE, FALSE);
   Step st;
-  forward_step (s, g, p, enc, keys, mask_bt (g, enc), psm_tensor_step (g, out->state, 0), &st);
+  if (s->seq2seq) {
+    /* one step: its shortlist, the attention as the location softmax */
+    s2s_parts (s, g, p, out, &st.logits, &st.kx);
+    st.logp_w = psm_log_softmax (g, st.logits);
+    st.logp_l = psm_log (g, attn_rows (g, out));
+  } else {
+    PsmTensor *keys = s->summary ? NULL : psm_matmul (g, enc->annotations, psm_param (g, p, s->w_k), FALSE, FALSE);
+    forward_step (s, g, p, enc, keys, mask_bt (g, enc), psm_tensor_step (g, out->state, 0), &st);
+  }
   int shape[2] = { B, S };
   PsmTensor *sc = psm_tensor_new (g, 2, shape, FALSE);
   for (int b = 0; b < B; b++) {
@@ -212,8 +312,8 @@ ps_scores (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const 
     float *row = sc->data + (size_t) b * S;
     for (int v = 0; v < s->V; v++)
       row[v] = log_d + st.logp_w->data[(size_t) b * s->V + v];
-    for (int j = 0; j < T; j++)
-      row[s->V + j] = log_1md + st.logp_l->data[(size_t) b * T + j];
+    for (int j = 0; j < T; j++)   /* padding is never pointed at */
+      row[s->V + j] = enc->mask[(size_t) j * B + b] != 0.0f ? log_1md + st.logp_l->data[(size_t) b * T + j] : -INFINITY;
   }
   return sc;
 }
@@ -227,8 +327,23 @@ ps_slot_token (void *self, const PsmBatch *batch, int b, int slot)
   return PSM_AT (batch->src_ext, batch, slot - s->V, b);
 }
 
+/* The probability d_t of the shortlist at one step (decoding output). */
+static PsmTensor *
+ps_gate (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const PsmDecOut *out, const PsmBatch *b)
+{
+  PointerSoftmax *s = self;
+  Step st;
+  if (s->seq2seq) {
+    s2s_parts (s, g, p, out, &st.logits, &st.kx);
+  } else {
+    PsmTensor *keys = s->summary ? NULL : psm_matmul (g, enc->annotations, psm_param (g, p, s->w_k), FALSE, FALSE);
+    forward_step (s, g, p, enc, keys, mask_bt (g, enc), psm_tensor_step (g, out->state, 0), &st);
+  }
+  return psm_sigmoid (g, st.kx);
+}
+
 static const PsmHeadClass klass = {
-  sizeof (PsmHeadClass), ps_create, ps_destroy, ps_loss, ps_space, ps_scores, ps_slot_token, NULL, NULL, NULL, NULL
+  sizeof (PsmHeadClass), ps_create, ps_destroy, ps_loss, ps_space, ps_scores, ps_slot_token, NULL, ps_gate, NULL, NULL
 };
 
 PSM_PLUGIN (PSM_KIND_HEAD, "pointer_softmax",
