@@ -172,7 +172,7 @@ psm_batch_validate (const PsmBatch *b, const PsmTaskInfo *info, int max_B, const
       if (!is_01 (b->tgt_switch[k]))
         BAD ("tgt_switch[step %d, example %d] = %g (expected 0 or 1)", t, i, b->tgt_switch[k]);
       int loc = b->tgt_loc[k];
-      if (loc < -1 || loc >= b->T)
+      if ((loc < -1 && loc != PSM_LOC_ARGMAX) || loc >= b->T)
         BAD ("tgt_loc[step %d, example %d] = %d is outside the source [0, %d)", t, i, loc, b->T);
       if (loc >= 0 && b->src_mask[(size_t) loc * b->B + i] == 0.0f)
         BAD ("tgt_loc[step %d, example %d] = %d points at padding", t, i, loc);

@@ -25,7 +25,8 @@ typedef struct {
   int32_t *tgt_ext;      /* the true target word (extended space) */
   float *tgt_mask;       /* 1 real step, 0 padding */
   float *tgt_switch;     /* Gulcehre's observed z_t: 1 shortlist, 0 point */
-  int32_t *tgt_loc;      /* source position to point at, or -1 */
+  int32_t *tgt_loc;      /* source position to point at, -1, or
+                            PSM_LOC_ARGMAX (ABI 1.7) */
 
   /* per-batch OOV words (extended ids ext_base + i) */
   int ext_base;
@@ -47,6 +48,11 @@ typedef struct {
 void psm_batch_init (PsmBatch *b);
 void psm_batch_reserve (PsmBatch *b, int B, int T, int Ty);  /* sets B, T, Ty; zeroes */
 void psm_batch_clear (PsmBatch *b);   /* frees buffers */
+
+/* ABI 1.7, tgt_loc: point at the argmax of the head's own location softmax
+ * at that step (Gulcehre et al. §5.3's last rule, when no other finds the
+ * word in the source); a head without a location softmax skips it. */
+#define PSM_LOC_ARGMAX (-2)
 
 #define PSM_AT(arr, batch, t, b) ((arr)[(size_t) (t) * (batch)->B + (b)])
 

@@ -32,7 +32,8 @@ G_BEGIN_DECLS
  * segments (Merity et al.'s k1 < k2 truncated BPTT) — PsmBatch.advance,
  * PsmEncoding.carry_at, psm_concat_steps; PsmTaskClass.train_cursor and
  * .train_seek (exact --resume of a stream task); psm-vocab.h (word
- * vocabularies for tasks); PsmMetricClass.multi_reference. */
+ * vocabularies for tasks); PsmMetricClass.multi_reference;
+ * PSM_LOC_ARGMAX. */
 #define PSM_ABI_MAJOR 1
 #define PSM_ABI_MINOR 7
 #define PSM_PLUGIN_ENTRY_SYMBOL "psm_plugin_entry"

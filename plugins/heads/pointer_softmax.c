@@ -22,7 +22,10 @@
  * On an attention decoder (seq2seq, Gulcehre et al. §3-4, §5.2-5.3) every
  * target step t reads the decoder's state s_t, context c_t and input
  * embedding y_(t-1), x_t = [s_t; c_t; y_(t-1)]:
- *   shortlist  u_w = tanh(x_t W_w + b_w),  w_t = softmax(u_w U_w + b_U)
+ *   shortlist  u_w = tanh([s_t; c_t] W_w + b_w),  w_t = softmax(u_w U_w + b_U)
+ *              (the `softmax` head with hidden and tanh: "the same as the
+ *              typical softmax output layer", so the two differ only by
+ *              the location softmax and the switch)
  *   location   l_t = the decoder's attention a_t over the source positions
  *              (§4: the location softmax is the attention mechanism)
  *   switch     x = v_d^T relu(x_t W_d + b_d) + b_v,  d_t = s(k x)
@@ -71,10 +74,11 @@ ps_create (const PsmSection *cfg, const PsmBuildCtx *ctx, GError **error)
     s->Hs = ctx->state_dim;
     s->V = ctx->task->tgt_vocab;
     s->X = ctx->state_dim + ctx->context_dim + ctx->emb_dim;
+    s->Ha = ctx->state_dim + ctx->context_dim;   /* the shortlist's input [s_t; c_t] */
     s->hidden = (int) psm_section_int (cfg, "hidden");
     s->sw = (int) psm_section_int (cfg, "switch_hidden");
     s->k = (float) psm_section_float (cfg, "temperature");
-    s->w_w = psm_build_matrix (ctx, "shortlist.w", s->X, s->hidden, PSM_INIT_XAVIER, 0);
+    s->w_w = psm_build_matrix (ctx, "shortlist.w", s->Ha, s->hidden, PSM_INIT_XAVIER, 0);
     s->b_w = psm_build_vector (ctx, "shortlist.b", s->hidden, PSM_INIT_ZEROS, 0);
     s->u_w = psm_build_matrix (ctx, "shortlist.out_w", s->hidden, s->V, PSM_INIT_XAVIER, 0);
     s->b_U = psm_build_vector (ctx, "shortlist.out_b", s->V, PSM_INIT_ZEROS, 0);
@@ -173,15 +177,17 @@ forward_step (PointerSoftmax *s, PsmGraph *g, PsmParams *p, const PsmEncoding *e
   (void) B;
 }
 
-/* seq2seq: x_t = [s_t; c_t; y_(t-1)] of every step as rows [Ty B, X], the
- * shortlist logits [Ty B, V] and the switch logit k x [Ty B, 1]. */
+/* seq2seq, every step as a row: the shortlist logits [Ty B, V] from
+ * [s_t; c_t] and the switch logit k x [Ty B, 1] from x_t = [s_t; c_t;
+ * y_(t-1)]. */
 static void
 s2s_parts (PointerSoftmax *s, PsmGraph *g, PsmParams *p, const PsmDecOut *out, PsmTensor **logits, PsmTensor **kx)
 {
-  int n = out->Ty * out->B, shape[2] = { n, s->X };
-  PsmTensor *x = psm_tensor_reshape (g, psm_concat (g, psm_concat (g, out->state, out->context), out->input), 2,
-                                     shape);
-  PsmTensor *uw = psm_tanh (g, psm_linear (g, x, psm_param (g, p, s->w_w), psm_param (g, p, s->b_w)));
+  int n = out->Ty * out->B, shape[2] = { n, s->X }, sc_shape[2] = { n, s->Ha };
+  PsmTensor *sc = psm_concat (g, out->state, out->context);
+  PsmTensor *x = psm_tensor_reshape (g, psm_concat (g, sc, out->input), 2, shape);
+  PsmTensor *uw = psm_tanh (g, psm_linear (g, psm_tensor_reshape (g, sc, 2, sc_shape), psm_param (g, p, s->w_w),
+                                           psm_param (g, p, s->b_w)));
   *logits = psm_linear (g, uw, psm_param (g, p, s->u_w), psm_param (g, p, s->b_U));
   PsmTensor *hd = psm_relu (g, psm_linear (g, x, psm_param (g, p, s->w_d), psm_param (g, p, s->b_d)));
   *kx = psm_scale (g, psm_linear (g, hd, psm_param (g, p, s->v_d), psm_param (g, p, s->b_v)), s->k);
@@ -205,12 +211,24 @@ s2s_loss (PointerSoftmax *s, PsmGraph *g, PsmParams *p, const PsmDecOut *out, co
   float *ws = psm_arena_alloc (psm_graph_arena (g), (size_t) n * sizeof (float));
   float *wl = psm_arena_alloc (psm_graph_arena (g), (size_t) n * sizeof (float));
   int32_t *zero = psm_arena_alloc (psm_graph_arena (g), (size_t) n * sizeof (int32_t));
+  /* the location targets: PSM_LOC_ARGMAX is the attention's own argmax
+   * over the real positions (§5.3's last rule; no gradient through it) */
+  int32_t *loc = psm_arena_alloc (psm_graph_arena (g), (size_t) n * sizeof (int32_t));
+  int T = psm_tensor_cols (out->attn);
   double W = 0.0, Ws = 0.0, Wl = 0.0;
   for (int r = 0; r < n; r++) {
     float m = batch->tgt_mask[r], z = batch->tgt_switch[r];
-    /* a pointing step needs a location (the task promises one) */
+    loc[r] = batch->tgt_loc[r];
+    if (loc[r] == PSM_LOC_ARGMAX) {
+      const float *a = out->attn->data + (size_t) r * T;
+      int best = -1, b = r % out->B;
+      for (int j = 0; j < T; j++)
+        if (batch->src_mask[(size_t) j * out->B + b] != 0.0f && (best < 0 || a[j] > a[best]))
+          best = j;
+      loc[r] = best;
+    }
     ws[r] = m * z;
-    wl[r] = batch->tgt_loc[r] >= 0 ? m * (1.0f - z) : 0.0f;
+    wl[r] = loc[r] >= 0 ? m * (1.0f - z) : 0.0f;
     zero[r] = 0;
     W += m;
     Ws += ws[r];
@@ -226,7 +244,7 @@ s2s_loss (PointerSoftmax *s, PsmGraph *g, PsmParams *p, const PsmDecOut *out, co
     loss = psm_add (g, loss, psm_scale (g, psm_cross_entropy (g, logits, batch->tgt, ws), (float) (Ws / W)));
   if (Wl > 0) {
     int col[2] = { n, 1 };
-    PsmTensor *la = psm_log (g, psm_tensor_reshape (g, psm_pick (g, attn_rows (g, out), batch->tgt_loc), 2, col));
+    PsmTensor *la = psm_log (g, psm_tensor_reshape (g, psm_pick (g, attn_rows (g, out), loc), 2, col));
     loss = psm_add (g, loss, psm_scale (g, psm_nll (g, la, zero, wl), (float) (Wl / W)));
   }
   return loss;
