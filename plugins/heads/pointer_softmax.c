@@ -38,7 +38,6 @@
 typedef struct {
   int Hs, Ha, V, hidden, attn, sw, maxT;
   gboolean seq2seq;              /* location = the decoder's attention */
-  int X;                         /* seq2seq: size of x_t = [s_t; c_t; y_(t-1)] */
   gboolean summary;              /* location from c alone (§5.1) */
   float k;
   int w_w, b_w, u_w, b_U;        /* shortlist */
@@ -59,6 +58,17 @@ static const PsmParamSpec params[] = {
   PSM_PARAM_END
 };
 
+/* The switch MLP on an input of n: relu layer, then the logit whose bias
+ * starts at switch_bias. */
+static void
+build_switch (PointerSoftmax *s, const PsmBuildCtx *ctx, const PsmSection *cfg, int n)
+{
+  s->w_d = psm_build_matrix (ctx, "switch.w", n, s->sw, PSM_INIT_XAVIER, 0);
+  s->b_d = psm_build_vector (ctx, "switch.b", s->sw, PSM_INIT_ZEROS, 0);
+  s->v_d = psm_build_matrix (ctx, "switch.out_w", s->sw, 1, PSM_INIT_XAVIER, 0);
+  s->b_v = psm_build_vector (ctx, "switch.out_b", 1, PSM_INIT_CONST, (float) psm_section_float (cfg, "switch_bias"));
+}
+
 static void *
 ps_create (const PsmSection *cfg, const PsmBuildCtx *ctx, GError **error)
 {
@@ -69,36 +79,26 @@ ps_create (const PsmSection *cfg, const PsmBuildCtx *ctx, GError **error)
     return NULL;
   }
   PointerSoftmax *s = g_new0 (PointerSoftmax, 1);
-  if (ctx->has_attention) {
-    s->seq2seq = TRUE;
-    s->Hs = ctx->state_dim;
-    s->V = ctx->task->tgt_vocab;
-    s->X = ctx->state_dim + ctx->context_dim + ctx->emb_dim;
-    s->Ha = ctx->state_dim + ctx->context_dim;   /* the shortlist's input [s_t; c_t] */
-    s->hidden = (int) psm_section_int (cfg, "hidden");
-    s->sw = (int) psm_section_int (cfg, "switch_hidden");
-    s->k = (float) psm_section_float (cfg, "temperature");
-    s->w_w = psm_build_matrix (ctx, "shortlist.w", s->Ha, s->hidden, PSM_INIT_XAVIER, 0);
-    s->b_w = psm_build_vector (ctx, "shortlist.b", s->hidden, PSM_INIT_ZEROS, 0);
-    s->u_w = psm_build_matrix (ctx, "shortlist.out_w", s->hidden, s->V, PSM_INIT_XAVIER, 0);
-    s->b_U = psm_build_vector (ctx, "shortlist.out_b", s->V, PSM_INIT_ZEROS, 0);
-    s->w_d = psm_build_matrix (ctx, "switch.w", s->X, s->sw, PSM_INIT_XAVIER, 0);
-    s->b_d = psm_build_vector (ctx, "switch.b", s->sw, PSM_INIT_ZEROS, 0);
-    s->v_d = psm_build_matrix (ctx, "switch.out_w", s->sw, 1, PSM_INIT_XAVIER, 0);
-    s->b_v = psm_build_vector (ctx, "switch.out_b", 1, PSM_INIT_CONST, (float) psm_section_float (cfg, "switch_bias"));
-    return s;
-  }
+  s->seq2seq = ctx->has_attention;
   s->Hs = ctx->state_dim;
   s->Ha = ctx->enc_dim;
   s->V = ctx->task->tgt_vocab;
   s->hidden = (int) psm_section_int (cfg, "hidden");
-  s->attn = (int) psm_section_int (cfg, "attn_dim");
   s->sw = (int) psm_section_int (cfg, "switch_hidden");
   s->k = (float) psm_section_float (cfg, "temperature");
-  s->w_w = psm_build_matrix (ctx, "shortlist.w", s->Hs, s->hidden, PSM_INIT_XAVIER, 0);
+  /* the shortlist reads c, or [s_t; c_t] on an attention decoder */
+  int in_w = s->seq2seq ? ctx->state_dim + ctx->context_dim : s->Hs;
+  s->w_w = psm_build_matrix (ctx, "shortlist.w", in_w, s->hidden, PSM_INIT_XAVIER, 0);
   s->b_w = psm_build_vector (ctx, "shortlist.b", s->hidden, PSM_INIT_ZEROS, 0);
   s->u_w = psm_build_matrix (ctx, "shortlist.out_w", s->hidden, s->V, PSM_INIT_XAVIER, 0);
   s->b_U = psm_build_vector (ctx, "shortlist.out_b", s->V, PSM_INIT_ZEROS, 0);
+  if (s->seq2seq) {
+    /* the location softmax is the decoder's attention; the switch reads
+     * [s_t; c_t; y_(t-1)] */
+    build_switch (s, ctx, cfg, ctx->state_dim + ctx->context_dim + ctx->emb_dim);
+    return s;
+  }
+  s->attn = (int) psm_section_int (cfg, "attn_dim");
   s->summary = strcmp (psm_section_string (cfg, "location"), "summary") == 0;
   s->maxT = ctx->task->max_src_len;
   if (s->summary) {
@@ -112,12 +112,7 @@ ps_create (const PsmSection *cfg, const PsmBuildCtx *ctx, GError **error)
     s->b_q = psm_build_vector (ctx, "location.b", s->attn, PSM_INIT_ZEROS, 0);
     s->v_a = psm_build_matrix (ctx, "location.v", s->attn, 1, PSM_INIT_XAVIER, 0);
   }
-  int lat = s->summary ? s->attn : s->Ha;
-  s->w_d = psm_build_matrix (ctx, "switch.w", s->hidden + lat, s->sw, PSM_INIT_XAVIER, 0);
-  s->b_d = psm_build_vector (ctx, "switch.b", s->sw, PSM_INIT_ZEROS, 0);
-  s->v_d = psm_build_matrix (ctx, "switch.out_w", s->sw, 1, PSM_INIT_XAVIER, 0);
-  s->b_v = psm_build_vector (ctx, "switch.out_b", 1, PSM_INIT_CONST,
-                             (float) psm_section_float (cfg, "switch_bias"));
+  build_switch (s, ctx, cfg, s->hidden + (s->summary ? s->attn : s->Ha));
   return s;
 }
 
@@ -183,9 +178,9 @@ forward_step (PointerSoftmax *s, PsmGraph *g, PsmParams *p, const PsmEncoding *e
 static void
 s2s_parts (PointerSoftmax *s, PsmGraph *g, PsmParams *p, const PsmDecOut *out, PsmTensor **logits, PsmTensor **kx)
 {
-  int n = out->Ty * out->B, shape[2] = { n, s->X }, sc_shape[2] = { n, s->Ha };
-  PsmTensor *sc = psm_concat (g, out->state, out->context);
-  PsmTensor *x = psm_tensor_reshape (g, psm_concat (g, sc, out->input), 2, shape);
+  PsmTensor *sc = psm_concat (g, out->state, out->context), *scx = psm_concat (g, sc, out->input);
+  int n = out->Ty * out->B, shape[2] = { n, psm_tensor_cols (scx) }, sc_shape[2] = { n, psm_tensor_cols (sc) };
+  PsmTensor *x = psm_tensor_reshape (g, scx, 2, shape);
   PsmTensor *uw = psm_tanh (g, psm_linear (g, psm_tensor_reshape (g, sc, 2, sc_shape), psm_param (g, p, s->w_w),
                                            psm_param (g, p, s->b_w)));
   *logits = psm_linear (g, uw, psm_param (g, p, s->u_w), psm_param (g, p, s->b_U));
@@ -306,6 +301,25 @@ softplus (double x)
   return x > 0 ? x + log1p (exp (-x)) : log1p (exp (x));
 }
 
+/* One decoding step (out->Ty == 1): the switch logit, and with logp the
+ * shortlist and location log-probabilities (on an attention decoder the
+ * attention is the location softmax). */
+static void
+one_step (PointerSoftmax *s, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const PsmDecOut *out,
+          gboolean logp, Step *st)
+{
+  if (s->seq2seq) {
+    s2s_parts (s, g, p, out, &st->logits, &st->kx);
+    if (logp) {
+      st->logp_w = psm_log_softmax (g, st->logits);
+      st->logp_l = psm_log (g, attn_rows (g, out));
+    }
+  } else {
+    PsmTensor *keys = s->summary ? NULL : psm_matmul (g, enc->annotations, psm_param (g, p, s->w_k), FALSE, FALSE);
+    forward_step (s, g, p, enc, keys, mask_bt (g, enc), psm_tensor_step (g, out->state, 0), st);
+  }
+}
+
 static PsmTensor *
 ps_scores (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const PsmDecOut *out,
            const PsmBatch *batch)
@@ -313,15 +327,7 @@ ps_scores (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const 
   PointerSoftmax *s = self;
   int B = out->B, T = enc->T, S = s->V + T;
   Step st;
-  if (s->seq2seq) {
-    /* one step: its shortlist, the attention as the location softmax */
-    s2s_parts (s, g, p, out, &st.logits, &st.kx);
-    st.logp_w = psm_log_softmax (g, st.logits);
-    st.logp_l = psm_log (g, attn_rows (g, out));
-  } else {
-    PsmTensor *keys = s->summary ? NULL : psm_matmul (g, enc->annotations, psm_param (g, p, s->w_k), FALSE, FALSE);
-    forward_step (s, g, p, enc, keys, mask_bt (g, enc), psm_tensor_step (g, out->state, 0), &st);
-  }
+  one_step (s, g, p, enc, out, TRUE, &st);
   int shape[2] = { B, S };
   PsmTensor *sc = psm_tensor_new (g, 2, shape, FALSE);
   for (int b = 0; b < B; b++) {
@@ -349,14 +355,8 @@ ps_slot_token (void *self, const PsmBatch *batch, int b, int slot)
 static PsmTensor *
 ps_gate (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const PsmDecOut *out, const PsmBatch *b)
 {
-  PointerSoftmax *s = self;
   Step st;
-  if (s->seq2seq) {
-    s2s_parts (s, g, p, out, &st.logits, &st.kx);
-  } else {
-    PsmTensor *keys = s->summary ? NULL : psm_matmul (g, enc->annotations, psm_param (g, p, s->w_k), FALSE, FALSE);
-    forward_step (s, g, p, enc, keys, mask_bt (g, enc), psm_tensor_step (g, out->state, 0), &st);
-  }
+  one_step (self, g, p, enc, out, FALSE, &st);
   return psm_sigmoid (g, st.kx);
 }
 
