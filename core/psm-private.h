@@ -248,9 +248,6 @@ void *psm_xmalloc (size_t bytes, const char *what);
 void *psm_xmalloc0 (size_t bytes, const char *what);
 void *psm_xaligned (size_t bytes, const char *what);
 
-/* The lines of a text file, or of standard input for "-" (core/psm-score.c);
- * a final newline makes no extra line. Errors name path and what it holds. */
-char **psm_read_lines (const char *path, const char *what, GError **error);
 
 /* State buffers of an optimiser kind: sgd 0, adagrad 1, adam/adadelta 2
  * (core/psm-optim.c; the checkpoint reader checks against it). */

@@ -33,7 +33,7 @@ G_BEGIN_DECLS
  * PsmEncoding.carry_at, psm_concat_steps; PsmTaskClass.train_cursor and
  * .train_seek (exact --resume of a stream task); psm-vocab.h (word
  * vocabularies for tasks); PsmMetricClass.multi_reference;
- * PSM_LOC_ARGMAX. */
+ * PSM_LOC_ARGMAX; psm_read_lines. */
 #define PSM_ABI_MAJOR 1
 #define PSM_ABI_MINOR 7
 #define PSM_PLUGIN_ENTRY_SYMBOL "psm_plugin_entry"

@@ -59,5 +59,10 @@ typedef struct {
   gboolean (*train_seek) (void *self, int B, gint64 cursor, GError **error);
 } PsmTaskClass;
 
+/* ABI 1.7: the lines of a text file (NULL-ended; g_strfreev), or of
+ * standard input for "-"; a final newline makes no extra line. Errors name
+ * path and what it holds ("source sentences", ...). */
+char **psm_read_lines (const char *path, const char *what, GError **error);
+
 G_END_DECLS
 #endif

@@ -156,25 +156,6 @@ words_of (char **tok)
 
 /* ---- reading ---- */
 
-/* The lines of a file (a final newline makes no extra line). */
-static char **
-read_lines (const char *path, const char *what, GError **error)
-{
-  char *text = NULL;
-  gsize n = 0;
-  GError *e = NULL;
-  if (!g_file_get_contents (path, &text, &n, &e)) {
-    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s (%s): %s", path, what, e->message);
-    g_error_free (e);
-    return NULL;
-  }
-  if (n && text[n - 1] == '\n')
-    text[n - 1] = '\0';
-  char **lines = n ? g_strsplit (text, "\n", -1) : g_new0 (char *, 1);
-  g_free (text);
-  return lines;
-}
-
 typedef struct {
   GPtrArray *src, *tgt;   /* char ** token vectors */
 } Pairs;
@@ -194,8 +175,8 @@ read_pairs (Nmt *t, const char *prefix, const char *sl, const char *tl, gboolean
             GError **error)
 {
   char *sp = g_strdup_printf ("%s.%s", prefix, sl), *tp = g_strdup_printf ("%s.%s", prefix, tl);
-  char **sx = read_lines (sp, "source sentences", error), **tx = NULL;
-  gboolean ok = sx && (tx = read_lines (tp, "target sentences", error));
+  char **sx = psm_read_lines (sp, "source sentences", error), **tx = NULL;
+  gboolean ok = sx && (tx = psm_read_lines (tp, "target sentences", error));
   guint ns = ok ? g_strv_length (sx) : 0, nt = ok ? g_strv_length (tx) : 0;
   if (ok && ns != nt) {
     g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "nmt: %s has %u lines but %s has %u: not line-aligned",
@@ -244,7 +225,7 @@ read_pairs (Nmt *t, const char *prefix, const char *sl, const char *tl, gboolean
 static GHashTable *
 read_lexicon (const char *path, gboolean first_only, GError **error)
 {
-  char **lines = read_lines (path, "lexicon", error);
+  char **lines = psm_read_lines (path, "lexicon", error);
   if (!lines)
     return NULL;
   GHashTable *h = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, (GDestroyNotify) g_ptr_array_unref);
