@@ -126,3 +126,15 @@ psm_test_plugin (PsmKind kind, const char *name)
   ck_assert_msg (pl != NULL, "cannot load plugin: %s", e ? e->message : "?");
   return pl->desc;
 }
+
+double
+psm_test_metric_value (const PsmMetricClass *mk, void *m, const char *name)
+{
+  PsmMetricReport r;
+  mk->report (m, &r);
+  for (int i = 0; i < r.n; i++)
+    if (strcmp (r.names[i], name) == 0)
+      return r.values[i];
+  ck_abort_msg ("no value %s", name);
+  return NAN;
+}

@@ -23,6 +23,8 @@ void psm_test_fill (float *x, size_t n, float a, PsmRng *rng);
 PsmTensor *psm_test_project (PsmGraph *g, PsmTensor *y);
 /* Sets PSM_PLUGIN_PATH to the build tree's plugins (if unset). */
 void psm_test_plugin_env (void);
+/* The value called name in metric m's report (fails the test without one). */
+double psm_test_metric_value (const PsmMetricClass *mk, void *m, const char *name);
 /* A section parsed from inline libconfig text `text` (the section's body)
  * and validated against spec; on validation errors returns NULL and sets
  * *errors to the joined messages (g_free). The file name in messages is

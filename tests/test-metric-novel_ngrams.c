@@ -4,18 +4,6 @@
 #include <string.h>
 #include "psm-test.h"
 
-static double
-value (const PsmMetricClass *mk, void *m, const char *name)
-{
-  PsmMetricReport r;
-  mk->report (m, &r);
-  for (int i = 0; i < r.n; i++)
-    if (strcmp (r.names[i], name) == 0)
-      return r.values[i];
-  ck_abort_msg ("no value %s", name);
-  return NAN;
-}
-
 START_TEST (test_novel)
 {
   const PsmMetricClass *mk = psm_test_plugin (PSM_KIND_METRIC, "novel_ngrams")->klass;
@@ -26,18 +14,19 @@ START_TEST (test_novel)
    * "the cat sat ." (novel: the article has "sat on") and "the dog sat .":
    * both novel. Reference "the mat ." : copied whole, no novel n-gram. */
   mk->add_text (m, "the cat sat . the dog sat .", "the mat .", "the cat sat on the mat .");
-  ck_assert (fabs (value (mk, m, "novel1") - 100.0 * 1 / 8) < 1e-9);
-  ck_assert (fabs (value (mk, m, "novel2") - 100.0 * 5 / 7) < 1e-9);
-  ck_assert (fabs (value (mk, m, "novel_sent") - 100.0) < 1e-9);
-  ck_assert (value (mk, m, "ref_novel1") == 0.0 && value (mk, m, "ref_novel_sent") == 0.0);
+  ck_assert (fabs (psm_test_metric_value (mk, m, "novel1") - 100.0 * 1 / 8) < 1e-9);
+  ck_assert (fabs (psm_test_metric_value (mk, m, "novel2") - 100.0 * 5 / 7) < 1e-9);
+  ck_assert (fabs (psm_test_metric_value (mk, m, "novel_sent") - 100.0) < 1e-9);
+  ck_assert (psm_test_metric_value (mk, m, "ref_novel1") == 0.0 &&
+             psm_test_metric_value (mk, m, "ref_novel_sent") == 0.0);
   /* "the cat sat" as a sentence of its own line is copied whole */
   mk->reset (m);
   mk->add_text (m, "the cat sat\nthe dog", "", "the cat sat on the mat .");
-  ck_assert (fabs (value (mk, m, "novel_sent") - 50.0) < 1e-9);
+  ck_assert (fabs (psm_test_metric_value (mk, m, "novel_sent") - 50.0) < 1e-9);
   /* no article: every n-gram is novel; nothing at all: 0, no NaN */
   mk->reset (m);
   mk->add_text (m, "a b", NULL, NULL);
-  ck_assert (value (mk, m, "novel1") == 100.0 && value (mk, m, "ref_novel1") == 0.0);
+  ck_assert (psm_test_metric_value (mk, m, "novel1") == 100.0 && psm_test_metric_value (mk, m, "ref_novel1") == 0.0);
   mk->destroy (m);
 }
 END_TEST
