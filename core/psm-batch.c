@@ -1,6 +1,7 @@
 /* psm-batch.c — batch buffers, grown on demand and reused. */
 #include "config.h"
 #include <string.h>
+#include <stdlib.h>
 #include "psm-private.h"
 
 void
@@ -66,8 +67,11 @@ psm_batch_reserve (PsmBatch *b, int B, int T, int Ty)
     b->example_id[i] = -1;
   memset (b->keep, 0, (size_t) B * sizeof *b->keep);
   b->advance = 0;
+  b->n_cand = 0;
   if (b->oov_words)
     g_ptr_array_set_size (b->oov_words, 0);
+  if (b->oov_index)
+    g_hash_table_remove_all (b->oov_index);
   b->ext_base = 0;
 }
 
@@ -85,9 +89,39 @@ psm_batch_clear (PsmBatch *b)
   g_free (b->tgt_loc);
   g_free (b->example_id);
   g_free (b->keep);
+  g_free (b->cand);
   if (b->oov_words)
     g_ptr_array_unref (b->oov_words);
+  if (b->oov_index)
+    g_hash_table_destroy (b->oov_index);
   psm_batch_init (b);
+}
+
+int32_t
+psm_batch_oov_id (PsmBatch *b, const char *word)
+{
+  if (!b->oov_index)
+    b->oov_index = g_hash_table_new (g_str_hash, g_str_equal);
+  gpointer v = g_hash_table_lookup (b->oov_index, word);
+  if (v)
+    return b->ext_base + GPOINTER_TO_INT (v) - 1;
+  if (!b->oov_words)
+    b->oov_words = g_ptr_array_new_with_free_func (g_free);
+  char *w = g_strdup (word);
+  g_ptr_array_add (b->oov_words, w);
+  g_hash_table_insert (b->oov_index, w, GINT_TO_POINTER ((int) b->oov_words->len));
+  return b->ext_base + (int32_t) b->oov_words->len - 1;
+}
+
+void
+psm_batch_set_candidates (PsmBatch *b, const int32_t *ids, int n)
+{
+  if (n > b->cap_cand) {
+    b->cand = g_renew (int32_t, b->cand, n);
+    b->cap_cand = n;
+  }
+  memcpy (b->cand, ids, (size_t) n * sizeof *ids);
+  b->n_cand = n;
 }
 
 /* ---- what the core accepts from a task (core-private) ---- */
@@ -118,6 +152,13 @@ psm_task_info_validate (const PsmTaskInfo *i, const char *task, GError **error)
                  "(src_vocab %d, tgt_vocab %d, ext_base %d, max_src_len %d, max_tgt_len %d)", task, why,
                  i->src_vocab, i->tgt_vocab, i->ext_base, i->max_src_len, i->max_tgt_len);
   return why == NULL;
+}
+
+static int
+cmp_i32 (const void *a, const void *b)
+{
+  int32_t x = *(const int32_t *) a, y = *(const int32_t *) b;
+  return x < y ? -1 : x > y;
 }
 
 static gboolean
@@ -153,6 +194,12 @@ psm_batch_validate (const PsmBatch *b, const PsmTaskInfo *info, int max_B, const
         BAD ("src_ext[step %d, example %d] = %d is outside the extended vocabulary [0, %ld)", t, i,
              b->src_ext[k], ext_end);
     }
+  if (b->n_cand < 0 || b->n_cand > info->tgt_vocab)
+    BAD ("n_cand %d outside [0, tgt_vocab %d]", b->n_cand, info->tgt_vocab);
+  for (int j = 0; j < b->n_cand; j++)
+    if (b->cand[j] < 0 || b->cand[j] >= info->tgt_vocab || (j && b->cand[j] <= b->cand[j - 1]))
+      BAD ("cand[%d] = %d: the candidates must be ascending shortlist ids in [0, %d)", j, b->cand[j],
+           info->tgt_vocab);
   for (int t = 0; t < b->Ty; t++)
     for (int i = 0; i < b->B; i++) {
       size_t k = (size_t) t * b->B + i;
@@ -163,6 +210,8 @@ psm_batch_validate (const PsmBatch *b, const PsmTaskInfo *info, int max_B, const
       if (b->tgt[k] < 0 || b->tgt[k] >= info->tgt_vocab)
         BAD ("tgt[step %d, example %d] = %d is outside the target shortlist [0, %d)", t, i, b->tgt[k],
              info->tgt_vocab);
+      if (b->n_cand && !bsearch (&b->tgt[k], b->cand, (size_t) b->n_cand, sizeof (int32_t), cmp_i32))
+        BAD ("tgt[step %d, example %d] = %d is not among the batch's %d candidates", t, i, b->tgt[k], b->n_cand);
       if (b->tgt_ext[k] < 0 || b->tgt_ext[k] >= ext_end)
         BAD ("tgt_ext[step %d, example %d] = %d is outside the extended vocabulary [0, %ld)", t, i,
              b->tgt_ext[k], ext_end);

@@ -779,6 +779,8 @@ decode_batch (PsmModel *m, const PsmBatch *b, Dec *d, PsmHyp *hyps, GError **err
   bx->src_mask = (float *) ex->mask;
   bx->ext_base = b->ext_base;
   bx->oov_words = b->oov_words;
+  bx->n_cand = b->n_cand;   /* the candidates are the batch's, not per row */
+  bx->cand = b->cand;
   bx->example_id = repeat_array (g, b->example_id, sizeof (int32_t), 1, B, K);
   PsmBeamFns f = { dec_step, dec_word, d };
   return psm_beam_search (&m->beam, B, &f, hyps, error);

@@ -45,6 +45,8 @@ const PsmOpInfo psm_op_table[PSM_OP_COUNT] = {
   [PSM_OP_WINDOW_SCORES] = { "window_scores", psm_window_scores_backward },
   [PSM_OP_SENTINEL_NLL] = { "sentinel_nll", psm_sentinel_nll_backward },
   [PSM_OP_CONCAT_STEPS] = { "concat_steps", psm_concat_steps_backward },
+  [PSM_OP_GATHER_COLS] = { "gather_cols", psm_gather_cols_backward },
+  [PSM_OP_NOISY_TANH] = { "noisy_tanh", psm_noisy_tanh_backward },
 };
 
 /* tests/test-graph.c checks that every row has a name and a backward, so an

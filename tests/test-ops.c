@@ -994,6 +994,95 @@ START_TEST (test_dropout)
 }
 END_TEST
 
+/* psm_noisy_tanh: without the training rng alpha h + (1 - alpha) x; with it
+ * the formula of Gulcehre et al. 2016 for the drawn xi; the gradient in x
+ * and p checked with the same noise at every evaluation (inputs kept away
+ * from the kinks of hardtanh at +-1). */
+static PsmTensor *
+f_noisy (PsmGraph *g, void *ud)
+{
+  Case *c = ud;
+  PsmRng r = drop_rng;
+  psm_graph_set_rng (g, c->which ? &r : NULL);
+  PsmTensor *y = psm_noisy_tanh (g, in (g, c, 0), in (g, c, 1), 1.15f, 0.5f);
+  psm_graph_set_rng (g, NULL);
+  return psm_test_project (g, y);
+}
+
+START_TEST (test_noisy_tanh)
+{
+  enum { T = 3, B = 4, C = 5 };
+  Case c = { 0 };
+  PsmRng rng;
+  psm_rng_seed (&rng, 41);
+  alloc_in (&c, 0, 3, T, B, C, &rng, 2.5f);
+  alloc_in (&c, 1, 1, C, 0, 0, &rng, 1.0f);
+  for (int i = 0; i < T * B * C; i++)
+    if (fabsf (fabsf (c.x[0][i]) - 1.0f) < 0.1f)
+      c.x[0][i] *= 1.3f;
+  for (int i = 0; i < C; i++)
+    c.x[1][i] = 1.0f + 2.0f * fabsf (c.x[1][i]);
+  psm_rng_seed (&drop_rng, 9);
+  PsmGraph *g = psm_graph_new ();
+  PsmTensor *y = psm_noisy_tanh (g, in (g, &c, 0), in (g, &c, 1), 1.15f, 0.5f);
+  PsmRng r = drop_rng, r2 = drop_rng;
+  psm_graph_set_rng (g, &r);
+  PsmTensor *yn = psm_noisy_tanh (g, in (g, &c, 0), in (g, &c, 1), 1.15f, 0.5f);
+  int differ = 0;
+  for (int i = 0; i < T * B * C; i++) {
+    double x = c.x[0][i], h = x > 1 ? 1 : x < -1 ? -1 : x, xi = psm_rng_normal (&r2);
+    double q = 1.0 / (1.0 + exp (-c.x[1][i % C] * (h - x)));
+    double ref = 1.15 * h - 0.15 * x;
+    ck_assert_msg (fabs (y->data[i] - ref) < 1e-6, "noisy_tanh without noise at %d", i);
+    ref -= (x > 0 ? 1 : -1) * 0.5 * (q - 0.5) * (q - 0.5) * xi;
+    ck_assert_msg (fabs (yn->data[i] - ref) < 1e-5, "noisy_tanh with noise at %d: %g vs %g", i, yn->data[i], ref);
+    differ += fabs (x) > 1 && yn->data[i] != y->data[i];
+  }
+  ck_assert (differ > 0);   /* noise where it saturates */
+  psm_graph_free (g);
+  c.which = 1;
+  check_all ("noisy_tanh (training)", f_noisy, &c, 2, 1e-3f);
+  c.which = 0;
+  check_all ("noisy_tanh (eval)", f_noisy, &c, 1, 1e-3f);
+  free_case (&c);
+}
+END_TEST
+
+/* psm_gather_cols: the chosen columns of every row, a repeated column's
+ * gradient summed; 1-D (a bias) and 3-D inputs. */
+static PsmTensor *
+f_gather_cols (PsmGraph *g, void *ud)
+{
+  Case *c = ud;
+  return psm_test_project (g, psm_gather_cols (g, in (g, c, 0), c->ids, 4));
+}
+
+START_TEST (test_gather_cols)
+{
+  PsmRng rng;
+  psm_rng_seed (&rng, 43);
+  for (int v = 0; v < 2; v++) {
+    Case c = { 0 };
+    if (v == 0)
+      alloc_in (&c, 0, 3, 2, 3, 7, &rng, 1.0f);
+    else
+      alloc_in (&c, 0, 1, 7, 0, 0, &rng, 1.0f);
+    int32_t cols[4] = { 5, 0, 5, 3 };
+    memcpy (c.ids, cols, sizeof cols);
+    PsmGraph *g = psm_graph_new ();
+    PsmTensor *y = psm_gather_cols (g, in (g, &c, 0), cols, 4);
+    int R = v == 0 ? 6 : 1;
+    ck_assert (y->ndim == (v == 0 ? 3 : 1) && psm_tensor_cols (y) == 4);
+    for (int r = 0; r < R; r++)
+      for (int j = 0; j < 4; j++)
+        ck_assert (y->data[r * 4 + j] == c.x[0][r * 7 + cols[j]]);
+    psm_graph_free (g);
+    check_all ("gather_cols", f_gather_cols, &c, 1, 1e-2f);
+    free_case (&c);
+  }
+}
+END_TEST
+
 /* Forward of the layout ops and reductions against plain loops. */
 START_TEST (test_layout_forward)
 {
@@ -1362,6 +1451,8 @@ main (int argc, char **argv)
   tcase_add_test (tc, test_lstm_seq_cols);
   tcase_add_test (tc, test_lstm_zoneout);
   tcase_add_test (tc, test_dropout);
+  tcase_add_test (tc, test_noisy_tanh);
+  tcase_add_test (tc, test_gather_cols);
   tcase_add_test (tc, test_additive_attention);
   tcase_add_test (tc, test_additive_attention_beams);
   tcase_add_test (tc, test_pointer_ops);

@@ -6,8 +6,18 @@
  * 2-D x it is plain dropout):
  *   y[t, b, c] = x[t, b, c] m[b, c],  m = [u >= p] / (1 - p),  u ~ U[0, 1)
  * and y = x when not training (inverted dropout: the expectation matches).
- * Backward: dx += dy m. */
+ * Backward: dx += dy m.
+ *
+ * Noisy tanh with a learned p (Gulcehre, Moczulski, Denil & Bengio 2016,
+ * "Noisy Activation Functions", their NAN unit with learned p and normal
+ * noise), per unit c of x [..., C]:
+ *   h = hardtanh(x), D = h - x, q = sigmoid(p_c D), s = k (q - 1/2)^2
+ *   y = alpha h + (1 - alpha) x - sgn(x) s xi,   xi ~ N(0, 1)
+ * and xi = 0, its expectation, when not training. With h' = [|x| < 1]:
+ *   dy/dx = alpha h' + 1 - alpha - sgn(x) xi 2 k (q - 1/2) q (1 - q) p_c (h' - 1)
+ *   dy/dp_c = -sgn(x) xi 2 k (q - 1/2) q (1 - q) D */
 #include "config.h"
+#include <math.h>
 #include <string.h>
 #include "psm-private.h"
 
@@ -57,4 +67,66 @@ psm_zoneout_weights (PsmGraph *g, float z, size_t n)
   for (size_t i = 0; i < n; i++)
     d[i] = rng ? (psm_rng_u32 (rng) < below ? 1.0f : 0.0f) : z;
   return d;
+}
+
+static inline float
+sgnf (float x)
+{
+  return x > 0.0f ? 1.0f : x < 0.0f ? -1.0f : 0.0f;
+}
+
+PsmTensor *
+psm_noisy_tanh (PsmGraph *g, PsmTensor *x, PsmTensor *p, float alpha, float c)
+{
+  g_return_val_if_fail (x && p && x->ndim >= 1 && p->n == (size_t) psm_tensor_cols (x), NULL);
+  PsmRng *rng = psm_graph_rng (g);
+  int C = psm_tensor_cols (x);
+  float *xi = NULL;
+  if (rng) {
+    xi = psm_graph_alloc (g, x->n * sizeof (float));
+    for (size_t i = 0; i < x->n; i++)
+      xi[i] = (float) psm_rng_normal (rng);
+  }
+  PsmTensor *in[2] = { x, p };
+  PsmTensor *y = psm_op_out (g, x->ndim, x->shape, 2, in);
+  for (size_t i = 0; i < x->n; i++) {
+    float v = x->data[i], h = v > 1.0f ? 1.0f : v < -1.0f ? -1.0f : v;
+    float out = alpha * h + (1.0f - alpha) * v;
+    if (xi) {
+      float q = 1.0f / (1.0f + expf (-p->data[i % C] * (h - v)));
+      out -= sgnf (v) * c * (q - 0.5f) * (q - 0.5f) * xi[i];
+    }
+    y->data[i] = out;
+  }
+  PsmNode *n = psm_graph_record (g, PSM_OP_NOISY_TANH, y, 2, in);
+  if (n) {
+    n->aux[0] = xi;
+    n->farg[0] = alpha;
+    n->farg[1] = c;
+  }
+  return y;
+}
+
+void
+psm_noisy_tanh_backward (PsmNode *n)
+{
+  PsmTensor *x = n->in[0], *p = n->in[1], *y = n->out;
+  const float *xi = n->aux[0];
+  float alpha = n->farg[0], c = n->farg[1];
+  int C = psm_tensor_cols (x);
+  for (size_t i = 0; i < x->n; i++) {
+    float v = x->data[i], dy = y->grad[i];
+    float hp = fabsf (v) < 1.0f ? 1.0f : 0.0f;
+    float dx = alpha * hp + 1.0f - alpha;
+    if (xi && xi[i] != 0.0f) {
+      float h = v > 1.0f ? 1.0f : v < -1.0f ? -1.0f : v, pc = p->data[i % C];
+      float q = 1.0f / (1.0f + expf (-pc * (h - v)));
+      float ds = -sgnf (v) * xi[i] * 2.0f * c * (q - 0.5f) * q * (1.0f - q);   /* d y / d (p D) */
+      dx += ds * pc * (hp - 1.0f);
+      if (p->grad)
+        p->grad[i % C] += dy * ds * (h - v);
+    }
+    if (x->grad)
+      x->grad[i] += dy * dx;
+  }
 }

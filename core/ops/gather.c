@@ -2,6 +2,7 @@
  * transpose of the two leading dims.
  *   embedding:   y[i] = W[id_i];          dW[id_i] += dy[i]   (scatter-add)
  *   gather_rows: y[i] = x[r_i];           dx[r_i] += dy[i]
+ *   gather_cols: y[.., j] = x[.., c_j];   dx[.., c_j] += dy[.., j]
  *   pick:        y[i] = x[i, k_i];        dx[i, k_i] += dy[i]
  *   concat:      y = [a | b];             da += dy[:, :Ca], db += dy[:, Ca:]
  *   concat_steps: y = [a; b] (leading dim); da += dy[:Ta], db += dy[Ta:]
@@ -71,6 +72,46 @@ psm_gather_rows_backward (PsmNode *nd)
     const float *dy = nd->out->grad + (size_t) i * C;
     for (int j = 0; j < C; j++)
       dx[j] += dy[j];
+  }
+}
+
+PsmTensor *
+psm_gather_cols (PsmGraph *g, PsmTensor *x, const int32_t *cols, int n)
+{
+  g_return_val_if_fail (x && x->ndim >= 1 && n >= 1, NULL);
+  int R = x->ndim == 1 ? 1 : psm_tensor_rows (x), C = psm_tensor_cols (x);
+  for (int j = 0; j < n; j++)
+    g_return_val_if_fail (cols[j] >= 0 && cols[j] < C, NULL);
+  PsmTensor *in[1] = { x };
+  int shape[PSM_MAX_DIMS];
+  memcpy (shape, x->shape, sizeof shape);
+  shape[x->ndim - 1] = n;
+  PsmTensor *y = psm_op_out (g, x->ndim, shape, 1, in);
+  for (int r = 0; r < R; r++) {
+    const float *xr = x->data + (size_t) r * C;
+    float *yr = y->data + (size_t) r * n;
+    for (int j = 0; j < n; j++)
+      yr[j] = xr[cols[j]];
+  }
+  PsmNode *nd = psm_graph_record (g, PSM_OP_GATHER_COLS, y, 1, in);
+  if (nd)
+    nd->aux[0] = psm_graph_dup (g, cols, n * sizeof (int32_t));
+  return y;
+}
+
+void
+psm_gather_cols_backward (PsmNode *nd)
+{
+  const int32_t *cols = nd->aux[0];
+  PsmTensor *x = nd->in[0];
+  int n = psm_tensor_cols (nd->out), C = psm_tensor_cols (x), R = x->ndim == 1 ? 1 : psm_tensor_rows (x);
+  if (!x->grad)
+    return;
+  for (int r = 0; r < R; r++) {
+    float *dx = x->grad + (size_t) r * C;
+    const float *dy = nd->out->grad + (size_t) r * n;
+    for (int j = 0; j < n; j++)
+      dx[cols[j]] += dy[j];
   }
 }
 

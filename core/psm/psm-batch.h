@@ -43,11 +43,27 @@ typedef struct {
    * the state and the history from position advance - 1, not T - 1.
    * psm_batch_reserve sets 0. */
   int advance;
+  /* ABI 1.7, optional: the large-vocabulary trick (Jean et al. 2015): the
+   * shortlist ids, ascending, that the head's vocabulary softmax is
+   * restricted to for this batch (n_cand of them; 0: the whole shortlist).
+   * Every real target's tgt must be among them. Owned by the batch
+   * (psm_batch_set_candidates); psm_batch_reserve sets n_cand 0. */
+  int n_cand;
+  int32_t *cand;
+  int cap_cand;
+  /* core-private: word -> index in oov_words (psm_batch_oov_id) */
+  GHashTable *oov_index;
 } PsmBatch;
 
 void psm_batch_init (PsmBatch *b);
 void psm_batch_reserve (PsmBatch *b, int B, int T, int Ty);  /* sets B, T, Ty; zeroes */
 void psm_batch_clear (PsmBatch *b);   /* frees buffers */
+/* ABI 1.7: the extended id (ext_base + i) of a word outside the
+ * vocabulary in this batch: its index in oov_words, added there the first
+ * time the batch sees it. Set ext_base first. */
+int32_t psm_batch_oov_id (PsmBatch *b, const char *word);
+/* ABI 1.7: copy n ascending shortlist ids into cand (n_cand = n). */
+void psm_batch_set_candidates (PsmBatch *b, const int32_t *ids, int n);
 
 /* ABI 1.7, tgt_loc: point at the argmax of the head's own location softmax
  * at that step (Gulcehre et al. §5.3's last rule, when no other finds the

@@ -42,6 +42,10 @@ PsmTensor *psm_gather_rows (PsmGraph *g, PsmTensor *x, const int32_t *rows, int 
 PsmTensor *psm_pick (PsmGraph *g, PsmTensor *x, const int32_t *idx);
 PsmTensor *psm_concat (PsmGraph *g, PsmTensor *a, PsmTensor *b);   /* last dim */
 PsmTensor *psm_slice (PsmGraph *g, PsmTensor *x, int start, int len); /* last dim */
+/* ABI 1.7: columns cols[0..n) of x [..., C] as [..., n] (a weight matrix
+ * [K, V] restricted to a candidate list: Jean et al.'s large-vocabulary
+ * trick); backward adds dy into those columns (a repeated column sums). */
+PsmTensor *psm_gather_cols (PsmGraph *g, PsmTensor *x, const int32_t *cols, int n);
 /* ABI 1.7: a [Ta, ...] then b [Tb, ...] (same trailing dims) as one
  * [Ta + Tb, ...]: the two halves of a sequence run as two ops. */
 PsmTensor *psm_concat_steps (PsmGraph *g, PsmTensor *a, PsmTensor *b);
@@ -110,6 +114,13 @@ PsmTensor *psm_locked_dropout (PsmGraph *g, PsmTensor *x, float p);
 /* n zoneout weights in the graph's arena: Bernoulli(z) draws (1 = keep the
  * previous value) from the training rng, or z everywhere without one. */
 float *psm_zoneout_weights (PsmGraph *g, float z, size_t n);
+/* ABI 1.7: noisy tanh with a learned p (Gulcehre et al. 2016, "Noisy
+ * Activation Functions", NAN with learned p): for x [..., C] and p [C],
+ *   h = hardtanh(x), D = h - x, s = c (sigmoid(p D) - 1/2)^2,
+ *   y = alpha h + (1 - alpha) x - sgn(x) s xi,  xi ~ N(0, 1)
+ * with the graph's training rng; without one, xi = 0 (its expectation).
+ * The paper's alpha 1.15, c 0.5. */
+PsmTensor *psm_noisy_tanh (PsmGraph *g, PsmTensor *x, PsmTensor *p, float alpha, float c);
 
 /* --- the pointer sentinel (core/ops/window.c), ABI 1.6 --- */
 /* Scores over a sliding window of the last L positions of a stream, and a

@@ -33,7 +33,9 @@ G_BEGIN_DECLS
  * PsmEncoding.carry_at, psm_concat_steps; PsmTaskClass.train_cursor and
  * .train_seek (exact --resume of a stream task); psm-vocab.h (word
  * vocabularies for tasks); PsmMetricClass.multi_reference;
- * PSM_LOC_ARGMAX; psm_read_lines. */
+ * PSM_LOC_ARGMAX; psm_read_lines; PsmBatch.n_cand/cand (the
+ * large-vocabulary trick), psm_batch_set_candidates, psm_batch_oov_id,
+ * psm_gather_cols, psm_noisy_tanh. */
 #define PSM_ABI_MAJOR 1
 #define PSM_ABI_MINOR 7
 #define PSM_PLUGIN_ENTRY_SYMBOL "psm_plugin_entry"

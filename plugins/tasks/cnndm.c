@@ -47,8 +47,6 @@ typedef struct {
   Split split[3];
   Texts text[3];                /* whole texts of valid and test (metrics) */
   gboolean check;
-  /* batch scratch: global id -> extended id + 1 (reset per batch) */
-  GHashTable *oov;
 } Cnndm;
 
 static const PsmParamSpec params[] = {
@@ -428,7 +426,6 @@ cn_create (const PsmSection *cfg, const PsmTaskCtx *ctx, GError **error)
   }
   t->check = ctx->check;
   t->words = psm_vocab_new ();
-  t->oov = g_hash_table_new (g_direct_hash, g_direct_equal);
   long max_train = (long) psm_section_int (cfg, "max_train");
   if (ctx->check)
     max_train = max_train ? MIN (max_train, 64) : 64;
@@ -488,7 +485,6 @@ cn_destroy (void *self)
     if (t->split[k].ids)
       g_array_unref (t->split[k].ids);
   }
-  g_hash_table_destroy (t->oov);
   psm_vocab_free (t->words);
   g_free (t);
 }
@@ -511,17 +507,7 @@ cn_info (void *self, PsmTaskInfo *info)
 static int32_t
 ext_id (Cnndm *t, PsmBatch *b, int32_t gid)
 {
-  if (gid < t->V)
-    return gid;
-  gpointer v = g_hash_table_lookup (t->oov, GINT_TO_POINTER (gid));
-  if (v)
-    return GPOINTER_TO_INT (v) - 1;
-  if (!b->oov_words)
-    b->oov_words = g_ptr_array_new_with_free_func (g_free);
-  g_ptr_array_add (b->oov_words, g_strdup (psm_vocab_word (t->words, gid)));
-  int32_t id = t->V + (int32_t) b->oov_words->len - 1;
-  g_hash_table_insert (t->oov, GINT_TO_POINTER (gid), GINT_TO_POINTER (id + 1));
-  return id;
+  return gid < t->V ? gid : psm_batch_oov_id (b, psm_vocab_word (t->words, gid));
 }
 
 /* Fills b from examples idx[0..B) of split s (sources only when no_target). */
@@ -536,7 +522,6 @@ fill_batch (Cnndm *t, const Split *s, const int *idx, int B, PsmBatch *b)
   }
   psm_batch_reserve (b, B, T, Ty);
   b->ext_base = t->V;
-  g_hash_table_remove_all (t->oov);
   const int32_t *ids = (const int32_t *) s->ids->data;
   for (int i = 0; i < B; i++) {
     int e = idx[i];

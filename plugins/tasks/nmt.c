@@ -68,7 +68,6 @@ typedef struct {
   GHashTable *shared;           /* normalised spelling -> source word */
   long rules[N_RULES];
   Split split[3];
-  GHashTable *oov;              /* word -> per-batch id + 1 (fill_batch) */
 } Nmt;
 
 static const PsmParamSpec params[] = {
@@ -395,7 +394,6 @@ nmt_create (const PsmSection *cfg, const PsmTaskCtx *ctx, GError **error)
   t->translate = psm_section_bool (cfg, "translate");
   t->sv = psm_vocab_new ();
   t->tv = psm_vocab_new ();
-  t->oov = g_hash_table_new (g_str_hash, g_str_equal);
   t->shared = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, g_free);
   long max_train = (long) psm_section_int (cfg, "max_train");
   if (ctx->check) {
@@ -488,7 +486,6 @@ nmt_destroy (void *self)
   if (t->dec_lex)
     g_hash_table_destroy (t->dec_lex);
   g_hash_table_destroy (t->shared);
-  g_hash_table_destroy (t->oov);
   g_free (t);
 }
 
@@ -506,21 +503,6 @@ nmt_info (void *self, PsmTaskInfo *info)
   info->unk_id = UNK;
 }
 
-/* The per-batch extended id of a word. */
-static int32_t
-oov_id (Nmt *t, PsmBatch *b, const char *w)
-{
-  gpointer v = g_hash_table_lookup (t->oov, w);
-  if (v)
-    return GPOINTER_TO_INT (v) - 1;
-  if (!b->oov_words)
-    b->oov_words = g_ptr_array_new_with_free_func (g_free);
-  g_ptr_array_add (b->oov_words, g_strdup (w));
-  int32_t id = t->Vt + (int32_t) b->oov_words->len - 1;
-  g_hash_table_insert (t->oov, b->oov_words->pdata[b->oov_words->len - 1], GINT_TO_POINTER (id + 1));
-  return id;
-}
-
 static void
 fill_batch (Nmt *t, const Split *s, const int *idx, int B, PsmBatch *b)
 {
@@ -532,7 +514,6 @@ fill_batch (Nmt *t, const Split *s, const int *idx, int B, PsmBatch *b)
   }
   psm_batch_reserve (b, B, T, Ty);
   b->ext_base = t->Vt;
-  g_hash_table_remove_all (t->oov);
   const int32_t *src = (const int32_t *) s->src->data, *tgt = (const int32_t *) s->tgt->data;
   const int32_t *loc = (const int32_t *) s->loc->data;
   const float *sw = (const float *) s->sw->data;
@@ -542,14 +523,14 @@ fill_batch (Nmt *t, const Split *s, const int *idx, int B, PsmBatch *b)
     for (int k = 0; k < ns; k++) {
       int32_t g = src[so[e] + k];
       PSM_AT (b->src, b, k, i) = g < t->Vs ? g : UNK;
-      PSM_AT (b->src_ext, b, k, i) = oov_id (t, b, psm_vocab_word (t->sv, g));
+      PSM_AT (b->src_ext, b, k, i) = psm_batch_oov_id (b, psm_vocab_word (t->sv, g));
       PSM_AT (b->src_mask, b, k, i) = 1.0f;
     }
     for (int k = 0; k <= nt; k++) {
       int32_t g = k < nt ? tgt[to[e] + k] : EOS;
       PSM_AT (b->dec_in, b, k, i) = k == 0 ? BOS : PSM_AT (b->tgt, b, k - 1, i);
       PSM_AT (b->tgt, b, k, i) = g < t->Vt ? g : UNK;
-      PSM_AT (b->tgt_ext, b, k, i) = g < t->Vt ? g : oov_id (t, b, psm_vocab_word (t->tv, g));
+      PSM_AT (b->tgt_ext, b, k, i) = g < t->Vt ? g : psm_batch_oov_id (b, psm_vocab_word (t->tv, g));
       PSM_AT (b->tgt_mask, b, k, i) = 1.0f;
       PSM_AT (b->tgt_switch, b, k, i) = k < nt ? sw[to[e] + k] : 1.0f;
       PSM_AT (b->tgt_loc, b, k, i) = k < nt ? loc[to[e] + k] : -1;
