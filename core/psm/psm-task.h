@@ -64,5 +64,23 @@ typedef struct {
  * path and what it holds ("source sentences", ...). */
 char **psm_read_lines (const char *path, const char *what, GError **error);
 
+/* ABI 1.7: the pairs of texts of a split (*first and *second, new arrays of
+ * strings, line ends removed; the caller unrefs them, also on failure):
+ * with path2 NULL from a jsonl file, one JSON object a line with the string
+ * fields keys[0] and keys[1] (blank lines skipped); else from the
+ * line-aligned files path and path2. At most max pairs (0: all). A bad
+ * record (invalid JSON, a field missing or not a string, an empty text) is
+ * skipped and counted on stderr as "who: path: skipped N bad records
+ * (lines ...; first: why)" unless quiet; no valid pair, an unreadable file
+ * or a second file shorter than the first is an error naming the file. */
+gboolean psm_read_text_pairs (const char *path, const char *path2, const char *const keys[2], long max,
+                              gboolean quiet, const char *who, GPtrArray **first, GPtrArray **second,
+                              GError **error);
+/* ABI 1.7: raw text lower-cased and tokenised like the Penn Treebank
+ * tokeniser that CNN/DailyMail and Gigaword went through (an approximation:
+ * punctuation split off, n't 's 're 've 'll 'd 'm split, double quotes as
+ * `` and ''), tokens joined by single spaces (g_free). */
+char *psm_tokenize_ptb (const char *text);
+
 G_END_DECLS
 #endif

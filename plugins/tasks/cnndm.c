@@ -61,181 +61,6 @@ static const PsmParamSpec params[] = {
   PSM_PARAM_END
 };
 
-/* ---- a JSON object of string fields (other values are skipped) ---- */
-
-static const char *
-skip_ws (const char *p)
-{
-  while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')
-    p++;
-  return p;
-}
-
-static void
-put_utf8 (GString *s, guint32 c)
-{
-  char buf[8];
-  int n = g_unichar_to_utf8 (c, buf);
-  g_string_append_len (s, buf, n);
-}
-
-/* Parses a JSON string at p (at the opening quote) into out; returns the
- * position after it or NULL. */
-static const char *
-json_string (const char *p, GString *out)
-{
-  if (*p++ != '"')
-    return NULL;
-  g_string_truncate (out, 0);
-  for (;;) {
-    unsigned char c = (unsigned char) *p++;
-    if (c == '"')
-      return p;
-    if (c == 0 || c < 0x20)
-      return NULL;
-    if (c != '\\') {
-      g_string_append_c (out, (char) c);
-      continue;
-    }
-    c = (unsigned char) *p++;
-    switch (c) {
-    case '"': case '\\': case '/': g_string_append_c (out, (char) c); break;
-    case 'b': g_string_append_c (out, '\b'); break;
-    case 'f': g_string_append_c (out, '\f'); break;
-    case 'n': g_string_append_c (out, '\n'); break;
-    case 'r': g_string_append_c (out, '\r'); break;
-    case 't': g_string_append_c (out, '\t'); break;
-    case 'u': {
-      guint32 u = 0;
-      for (int i = 0; i < 4; i++) {
-        int d = g_ascii_xdigit_value (*p++);
-        if (d < 0)
-          return NULL;
-        u = u * 16 + (guint32) d;
-      }
-      if (u >= 0xD800 && u < 0xDC00 && p[0] == '\\' && p[1] == 'u') {
-        guint32 lo = 0;
-        for (int i = 0; i < 4; i++) {
-          int d = g_ascii_xdigit_value (p[2 + i]);
-          if (d < 0)
-            return NULL;
-          lo = lo * 16 + (guint32) d;
-        }
-        if (lo >= 0xDC00 && lo < 0xE000) {
-          u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
-          p += 6;
-        }
-      }
-      put_utf8 (out, u);
-      break;
-    }
-    default:
-      return NULL;
-    }
-  }
-}
-
-/* Skips any JSON value (strings, numbers, literals, nested containers). */
-static const char *
-json_skip (const char *p, GString *tmp)
-{
-  p = skip_ws (p);
-  if (*p == '"')
-    return json_string (p, tmp);
-  if (*p == '{' || *p == '[') {
-    char open = *p, close = open == '{' ? '}' : ']';
-    p = skip_ws (p + 1);
-    if (*p == close)
-      return p + 1;
-    for (;;) {
-      if (open == '{') {
-        p = json_string (skip_ws (p), tmp);
-        if (!p || *(p = skip_ws (p)) != ':')
-          return NULL;
-        p++;
-      }
-      p = json_skip (p, tmp);
-      if (!p)
-        return NULL;
-      p = skip_ws (p);
-      if (*p == close)
-        return p + 1;
-      if (*p++ != ',')
-        return NULL;
-    }
-  }
-  const char *s = p;
-  while (*p && strchr ("+-0123456789.eEtruefalsn", *p))
-    p++;
-  return p > s ? p : NULL;
-}
-
-/* Fills article / summary from one jsonl line; why names the defect. */
-static gboolean
-parse_record (const char *line, GString *article, GString *summary, const char **why)
-{
-  GString *key = g_string_new (NULL), *tmp = g_string_new (NULL);
-  gboolean have_a = FALSE, have_s = FALSE, ok = FALSE;
-  const char *p = skip_ws (line);
-  *why = "invalid JSON";
-  if (*p++ != '{')
-    goto out;
-  p = skip_ws (p);
-  if (*p == '}') {
-    p++;
-  } else {
-    for (;;) {
-      p = json_string (skip_ws (p), key);
-      if (!p || *(p = skip_ws (p)) != ':')
-        goto out;
-      p = skip_ws (p + 1);
-      gboolean is_a = strcmp (key->str, "article") == 0, is_s = strcmp (key->str, "highlights") == 0;
-      if ((is_a || is_s) && *p == '"') {
-        p = json_string (p, is_a ? article : summary);
-        if (is_a)
-          have_a = TRUE;
-        else
-          have_s = TRUE;
-      } else {
-        if ((is_a || is_s) && *p != '"') {
-          p = json_skip (p, tmp);
-          if (!p)
-            goto out;
-          *why = is_a ? "\"article\" is not a string" : "\"highlights\" is not a string";
-          goto out;
-        }
-        p = json_skip (p, tmp);
-      }
-      if (!p)
-        goto out;
-      p = skip_ws (p);
-      if (*p == '}') {
-        p++;
-        break;
-      }
-      if (*p++ != ',')
-        goto out;
-    }
-  }
-  if (*skip_ws (p) != '\0')
-    goto out;
-  *why = !have_a ? "no \"article\"" : !have_s ? "no \"highlights\"" : NULL;
-  ok = *why == NULL;
-out:
-  g_string_free (key, TRUE);
-  g_string_free (tmp, TRUE);
-  return ok;
-}
-
-static gboolean
-blank (const char *s)
-{
-  for (; *s; s++)
-    if (!g_ascii_isspace (*s))
-      return FALSE;
-  return TRUE;
-}
-
 /* ---- reading a split into texts ---- */
 
 
@@ -248,98 +73,14 @@ texts_free (Texts *t)
     g_ptr_array_unref (t->summary);
 }
 
-static FILE *
-open_split (const char *path, GError **error)
-{
-  FILE *f = fopen (path, "r");
-  if (!f)
-    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: cannot read: %s", path, g_strerror (errno));
-  return f;
-}
-
 static gboolean
 read_split (const char *path, long max, gboolean quiet, Texts *out, GError **error)
 {
-  out->article = g_ptr_array_new_with_free_func (g_free);
-  out->summary = g_ptr_array_new_with_free_func (g_free);
-  gboolean lines = g_str_has_suffix (path, ".source");
-  char *tpath = lines ? g_strdup_printf ("%.*s.target", (int) strlen (path) - 7, path) : NULL;
-  FILE *f = open_split (path, error), *ft = NULL;
-  if (f && lines && !(ft = open_split (tpath, error))) {
-    fclose (f);
-    f = NULL;
-  }
-  if (!f) {
-    g_free (tpath);
-    return FALSE;
-  }
-  GString *a = g_string_new (NULL), *s = g_string_new (NULL), *bad_lines = g_string_new (NULL);
-  char *line = NULL, *tline = NULL;
-  size_t cap = 0, tcap = 0;
-  long lineno = 0, n_bad = 0;
-  const char *first_why = NULL;
-  gboolean ok = TRUE;
-  while ((max <= 0 || (long) out->article->len < max)) {
-    ssize_t len = getline (&line, &cap, f);
-    if (len < 0)
-      break;
-    lineno++;
-    const char *why = NULL;
-    if (lines) {
-      ssize_t tl = getline (&tline, &tcap, ft);
-      if (tl < 0) {
-        g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: has fewer lines than %s (%ld)", tpath, path,
-                     lineno);
-        ok = FALSE;
-        break;
-      }
-      g_string_assign (a, line);
-      g_string_assign (s, tline);
-    } else if (blank (line)) {
-      continue;
-    } else if (!parse_record (line, a, s, &why)) {
-      /* why is set */
-    }
-    if (!why && blank (a->str))
-      why = "empty article";
-    if (!why && blank (s->str))
-      why = "empty summary";
-    if (why) {
-      if (n_bad < 5)
-        g_string_append_printf (bad_lines, "%s%ld", n_bad ? ", " : "", lineno);
-      if (!first_why)
-        first_why = why;
-      n_bad++;
-      continue;
-    }
-    g_ptr_array_add (out->article, g_strdup (a->str));
-    g_ptr_array_add (out->summary, g_strdup (s->str));
-  }
-  if (ok && ferror (f)) {
-    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: read error: %s", path, g_strerror (errno));
-    ok = FALSE;
-  }
-  if (ok && n_bad && !quiet)
-    fprintf (stderr, "cnndm: %s: skipped %ld bad record%s (line%s %s%s; first: %s)\n", path, n_bad,
-             n_bad > 1 ? "s" : "", n_bad > 1 ? "s" : "", bad_lines->str, n_bad > 5 ? ", ..." : "", first_why);
-  if (ok && out->article->len == 0) {
-    char *what = n_bad ? g_strdup_printf ("%ld bad record%s, line%s %s%s; first: %s", n_bad, n_bad > 1 ? "s" : "", n_bad > 1 ? "s" : "", bad_lines->str, n_bad > 5 ? ", ..." : "", first_why)
-                       : g_strdup ("the file is empty");
-    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
-                 "%s: no valid record (%s); expected one JSON object a line with string fields \"article\" and "
-                 "\"highlights\", or a .source file with its .target", path, what);
-    g_free (what);
-    ok = FALSE;
-  }
-  free (line);
-  free (tline);
-  fclose (f);
-  if (ft)
-    fclose (ft);
+  static const char *const keys[2] = { "article", "highlights" };
+  char *tpath = g_str_has_suffix (path, ".source") ? g_strdup_printf ("%.*s.target", (int) strlen (path) - 7, path)
+                                                   : NULL;
+  gboolean ok = psm_read_text_pairs (path, tpath, keys, max, quiet, "cnndm", &out->article, &out->summary, error);
   g_free (tpath);
-  g_string_free (a, TRUE);
-  g_string_free (s, TRUE);
-  g_string_free (bad_lines, TRUE);
   return ok;
 }
 
@@ -601,64 +342,6 @@ cn_save (void *self, const char *dir, GError **error)
   return ok;
 }
 
-/* ---- raw text: lower-case, PTB-like tokens ---- */
-
-static void
-tokenize_raw (const char *text, GString *out)
-{
-  char *low = g_utf8_strdown (text, -1);
-  GString *w = g_string_new (NULL);
-  g_string_truncate (out, 0);
-#define EMIT(str)                                                              \
-  do {                                                                         \
-    if (out->len)                                                              \
-      g_string_append_c (out, ' ');                                            \
-    g_string_append (out, str);                                                \
-  } while (0)
-  gboolean open_quote = TRUE;
-  for (const char *p = low;; p++) {
-    char c = *p;
-    gboolean word_char = c && !g_ascii_isspace (c) && !strchr (",.!?;:\"()[]{}", c);
-    /* a '.' inside a number or an abbreviation stays in the word */
-    if (c == '.' && w->len && g_ascii_isalnum (p[1]))
-      word_char = TRUE;
-    if (c == ',' && w->len && g_ascii_isdigit (w->str[w->len - 1]) && g_ascii_isdigit (p[1]))
-      word_char = TRUE;
-    if (word_char) {
-      g_string_append_c (w, c);
-      continue;
-    }
-    if (w->len) {
-      /* split clitics: n't, 's, 're, 've, 'll, 'd, 'm */
-      static const char *const clitics[] = { "n't", "'s", "'re", "'ve", "'ll", "'d", "'m", NULL };
-      for (int i = 0; clitics[i]; i++) {
-        size_t cl = strlen (clitics[i]);
-        if (w->len > cl && strcmp (w->str + w->len - cl, clitics[i]) == 0) {
-          char *stem = g_strndup (w->str, w->len - cl);
-          EMIT (stem);
-          g_free (stem);
-          g_string_assign (w, clitics[i]);
-          break;
-        }
-      }
-      EMIT (w->str);
-      g_string_truncate (w, 0);
-    }
-    if (!c)
-      break;
-    if (c == '"') {
-      EMIT (open_quote ? "``" : "''");
-      open_quote = !open_quote;
-    } else if (!g_ascii_isspace (c)) {
-      char one[2] = { c, 0 };
-      EMIT (one);
-    }
-  }
-#undef EMIT
-  g_string_free (w, TRUE);
-  g_free (low);
-}
-
 static gboolean
 cn_text_batch (void *self, const char *const *texts, int n, PsmBatch *out, GError **error)
 {
@@ -668,13 +351,13 @@ cn_text_batch (void *self, const char *const *texts, int n, PsmBatch *out, GErro
   s.src_off = g_new (int32_t, n + 1);
   s.tgt_off = g_new (int32_t, n + 1);
   s.ids = g_array_new (FALSE, FALSE, sizeof (int32_t));
-  GString *tok = g_string_new (NULL);
   int *idx = g_new (int, MAX (n, 1));
   for (int i = 0; i < n; i++) {
     idx[i] = i;
-    tokenize_raw (texts[i], tok);
+    char *tok = psm_tokenize_ptb (texts[i]);
     s.src_off[i] = (int32_t) s.ids->len;
-    tokens_to_ids (t, tok->str, t->max_src, s.ids);
+    tokens_to_ids (t, tok, t->max_src, s.ids);
+    g_free (tok);
     if ((int32_t) s.ids->len == s.src_off[i]) {
       int32_t pad = UNK;   /* an empty line decodes from a single <unk> */
       g_array_append_val (s.ids, pad);
@@ -684,7 +367,6 @@ cn_text_batch (void *self, const char *const *texts, int n, PsmBatch *out, GErro
   s.src_off[n] = s.tgt_off[n] = (int32_t) s.ids->len;
   fill_batch (t, &s, idx, n, out);
   g_free (idx);
-  g_string_free (tok, TRUE);
   g_free (s.src_off);
   g_free (s.tgt_off);
   g_array_unref (s.ids);
