@@ -113,6 +113,24 @@ psm_batch_oov_id (PsmBatch *b, const char *word)
   return b->ext_base + (int32_t) b->oov_words->len - 1;
 }
 
+int
+psm_batch_cand_index (const PsmBatch *b, int32_t id)
+{
+  if (b->n_cand <= 0)
+    return id;
+  int lo = 0, hi = b->n_cand - 1;
+  while (lo <= hi) {
+    int mid = (lo + hi) / 2;
+    if (b->cand[mid] == id)
+      return mid;
+    if (b->cand[mid] < id)
+      lo = mid + 1;
+    else
+      hi = mid - 1;
+  }
+  return -1;
+}
+
 void
 psm_batch_set_candidates (PsmBatch *b, const int32_t *ids, int n)
 {

@@ -169,7 +169,7 @@ END_TEST
 
 /* ---- on an attention decoder ---- */
 
-enum { TY = 3, SB = 2, ST = 4, SS = 4, SC = 3, SE = 2, SV = 5 };
+enum { TY = 3, SB = 2, ST = 4, SS = 4, SC = 3, SE = 2, SV = 6 };
 
 typedef struct {
   const PsmHeadClass *hk;
@@ -181,18 +181,22 @@ typedef struct {
   float e[TY * SB * ST], ge[TY * SB * ST];     /* attention logits */
   float mask[ST * SB], amask[TY * SB * ST];
   PsmBatch batch;
+  gboolean noise;      /* the training rng, the same draws every evaluation */
+  PsmRng rng0;
 } S2s;
 
 static PsmTaskInfo s2s_info = { sizeof (PsmTaskInfo), 10, SV, 10, ST, TY, -1, -1, 0 };
 
 static void
-s2s_setup (S2s *f)
+s2s_setup (S2s *f, const char *extra)
 {
   const PsmPluginDesc *d = psm_test_plugin (PSM_KIND_HEAD, "pointer_softmax");
+  memset (f, 0, sizeof *f);
   f->hk = d->klass;
   char *errs = NULL;
-  const PsmSection *sec = psm_test_section ("plugin = \"pointer_softmax\"; hidden = 5; switch_hidden = 3;",
-                                            "model.head", d->params, &errs);
+  char *text = g_strdup_printf ("plugin = \"pointer_softmax\"; hidden = 5; switch_hidden = 3; %s", extra);
+  const PsmSection *sec = psm_test_section (text, "model.head", d->params, &errs);
+  g_free (text);
   ck_assert_msg (sec, "%s", errs);
   f->params = psm_params_new ();
   PsmBuildCtx ctx = { sizeof ctx, f->params, "head.", &s2s_info, SE, 6, 6, SS, SC, TRUE };
@@ -260,13 +264,31 @@ s2s_loss (PsmGraph *g, void *ud)
   PsmEncoding enc;
   PsmDecOut out;
   s2s_inputs (f, g, 0, TY, &enc, &out);
-  return f->hk->loss (f->head, g, f->params, &enc, &out, &f->batch);
+  PsmRng r = f->rng0;
+  if (f->noise)
+    psm_graph_set_rng (g, &r);
+  PsmTensor *loss = f->hk->loss (f->head, g, f->params, &enc, &out, &f->batch);
+  psm_graph_set_rng (g, NULL);
+  return loss;
 }
 
-START_TEST (test_seq2seq)
+/* The seq2seq head with extra settings (and the batch's candidates, n of
+ * them, if n > 0): gradients, and the loss against the decoding scores. */
+static void
+check_seq2seq (const char *extra, const int32_t *cand, int n_cand, gboolean noise)
 {
   S2s f;
-  s2s_setup (&f);
+  s2s_setup (&f, extra);
+  if (n_cand)
+    psm_batch_set_candidates (&f.batch, cand, n_cand);
+  int V = n_cand ? n_cand : SV;
+  f.noise = noise;
+  psm_rng_seed (&f.rng0, 77);
+  if (noise) {   /* larger weights: switch units saturate, where the noise acts */
+    float *w = psm_params_data (f.params);
+    for (size_t i = 0; i < psm_params_size (f.params); i++)
+      w[i] *= 3.0f;
+  }
   psm_test_gradcheck ("pointer_softmax seq2seq params", s2s_loss, &f, psm_params_data (f.params),
                       psm_params_grad (f.params), psm_params_size (f.params), 1e-2f, 2e-3, 2e-2, 400);
   psm_test_gradcheck ("pointer_softmax seq2seq state", s2s_loss, &f, f.state, f.gstate, TY * SB * SS, 1e-2f, 2e-3,
@@ -277,6 +299,18 @@ START_TEST (test_seq2seq)
                       400);
   psm_test_gradcheck ("pointer_softmax seq2seq attention", s2s_loss, &f, f.e, f.ge, TY * SB * ST, 1e-2f, 2e-3,
                       2e-2, 400);
+  if (noise) {   /* the noise reaches the loss */
+    PsmGraph *g = psm_graph_new ();
+    float a = s2s_loss (g, &f)->data[0];
+    f.noise = FALSE;
+    float b = s2s_loss (g, &f)->data[0];
+    ck_assert_msg (a != b, "noisy switch: the same loss with and without noise");
+    psm_graph_free (g);
+    f.hk->destroy (f.head);
+    psm_params_free (f.params);
+    psm_batch_clear (&f.batch);
+    return;
+  }
   /* the loss over all steps is the mean over real target steps of
    * -log p(y, z) read off each step's decoding scores */
   PsmGraph *g = psm_graph_new ();
@@ -291,23 +325,44 @@ START_TEST (test_seq2seq)
     PsmTensor *sc = f.hk->scores (f.head, g, f.params, &enc, &out, &f.batch);
     PsmTensor *d = f.hk->gate (f.head, g, f.params, &enc, &out, &f.batch);
     int S = f.hk->space_size (f.head, &f.batch);
-    ck_assert_int_eq (S, SV + ST);
+    ck_assert_int_eq (S, V + ST);
+    PsmTensor *full = NULL;   /* with candidates: the scores over the whole shortlist */
+    if (n_cand) {
+      f.batch.n_cand = 0;
+      full = f.hk->scores (f.head, g, f.params, &enc, &out, &f.batch);
+      f.batch.n_cand = n_cand;
+    }
     for (int b = 0; b < SB; b++) {
       const float *row = sc->data + b * S;
       double total = 0.0, shortlist = 0.0;
       for (int k = 0; k < S; k++)
         if (isfinite (row[k])) {
           total += exp (row[k]);
-          shortlist += k < SV ? exp (row[k]) : 0.0;
+          shortlist += k < V ? exp (row[k]) : 0.0;
         }
       ck_assert_msg (fabs (total - 1.0) < 1e-4, "step %d row %d: scores sum to %g", t, b, total);
       ck_assert_msg (fabs (shortlist - d->data[b]) < 1e-4, "the gate is the shortlist's mass");
       if (b == 1)
-        ck_assert (isinf (row[SV + 3]) && row[SV + 3] < 0);   /* padding */
+        ck_assert (isinf (row[V + 3]) && row[V + 3] < 0);   /* padding */
+      if (full) {
+        /* the candidates' softmax is the whole one renormalised over them */
+        const float *fr = full->data + b * (SV + ST);
+        double z = 0.0;
+        for (int k = 0; k < n_cand; k++)
+          z += exp (fr[cand[k]]);
+        for (int k = 0; k < n_cand; k++) {
+          double want_k = fr[cand[k]] - log (z) + log (d->data[b]);
+          ck_assert_msg (fabs (row[k] - want_k) < 1e-4, "candidate %d: %g, the renormalised softmax %g", k, row[k],
+                         want_k);
+          ck_assert_int_eq (f.hk->slot_token (f.head, &f.batch, b, k), cand[k]);
+        }
+        for (int j = 0; j < ST; j++)
+          ck_assert (fabs (row[V + j] - fr[SV + j]) < 1e-5 || (isinf (row[V + j]) && isinf (fr[SV + j])));
+      }
       int r = t * SB + b;
       if (f.batch.tgt_mask[r] == 0.0f)
         continue;
-      int slot = f.batch.tgt_switch[r] ? f.batch.tgt[r] : SV + f.batch.tgt_loc[r];
+      int slot = f.batch.tgt_switch[r] ? psm_batch_cand_index (&f.batch, f.batch.tgt[r]) : V + f.batch.tgt_loc[r];
       want -= row[slot];
       W += 1.0;
       ck_assert_int_eq (f.hk->slot_token (f.head, &f.batch, b, slot), f.batch.tgt_ext[r]);
@@ -317,6 +372,42 @@ START_TEST (test_seq2seq)
   psm_graph_free (g);
   f.hk->destroy (f.head);
   psm_params_free (f.params);
+  psm_batch_clear (&f.batch);
+}
+
+START_TEST (test_seq2seq)
+{
+  check_seq2seq ("", NULL, 0, FALSE);
+}
+END_TEST
+
+/* §5.3's switch: two noisy tanh layers with a residual connection, checked
+ * without noise (evaluation) and with it (training: the same draws at
+ * every evaluation of the loss). */
+START_TEST (test_seq2seq_noisy_switch)
+{
+  check_seq2seq ("switch = \"noisy_tanh\";", NULL, 0, FALSE);
+  check_seq2seq ("switch = \"noisy_tanh\";", NULL, 0, TRUE);
+}
+END_TEST
+
+/* The large-vocabulary trick: the shortlist softmax over 5 of the 6 words
+ * (every target among them). */
+START_TEST (test_seq2seq_candidates)
+{
+  static const int32_t cand[5] = { 0, 1, 2, 3, 5 };
+  check_seq2seq ("", cand, 5, FALSE);
+  check_seq2seq ("switch = \"noisy_tanh\";", cand, 5, FALSE);
+}
+END_TEST
+
+START_TEST (test_seq2seq_no_context)
+{
+  S2s f;
+  s2s_setup (&f, "");
+  f.hk->destroy (f.head);
+  psm_params_free (f.params);
+  psm_batch_clear (&f.batch);
   /* an attention decoder without a context vector */
   const PsmPluginDesc *dsc = psm_test_plugin (PSM_KIND_HEAD, "pointer_softmax");
   char *errs = NULL;
@@ -328,7 +419,6 @@ START_TEST (test_seq2seq)
   ck_assert_msg (strstr (e->message, "no context vector"), "%s", e->message);
   g_error_free (e);
   psm_params_free (p);
-  psm_batch_clear (&f.batch);
 }
 END_TEST
 
@@ -342,6 +432,9 @@ main (void)
   tcase_add_test (tc, test_pointer_location);
   tcase_add_test (tc, test_bad_config);
   tcase_add_test (tc, test_seq2seq);
+  tcase_add_test (tc, test_seq2seq_noisy_switch);
+  tcase_add_test (tc, test_seq2seq_candidates);
+  tcase_add_test (tc, test_seq2seq_no_context);
   suite_add_tcase (s, tc);
   return psm_test_run (s);
 }

@@ -26,8 +26,12 @@ f_loss (PsmGraph *g, void *ud)
   return f->hk->loss (f->head, g, f->params, NULL, &out, &f->batch);
 }
 
+/* with_cand: the batch's candidates are 5 of the 6 words (every real
+ * target among them; word 3 only at the padded step). */
+static const int32_t cand[5] = { 0, 1, 2, 4, 5 };
+
 static void
-run (const char *text)
+run_with (const char *text, gboolean with_cand)
 {
   const PsmPluginDesc *d = psm_test_plugin (PSM_KIND_HEAD, "softmax");
   Fix f;
@@ -53,6 +57,8 @@ run (const char *text)
     f.batch.tgt[i] = (i * 5 + 2) % V;
     f.batch.tgt_mask[i] = i == 5 ? 0.0f : 1.0f;   /* last step of example 2 is padding */
   }
+  if (with_cand)
+    psm_batch_set_candidates (&f.batch, cand, 5);
   psm_test_gradcheck ("softmax params", f_loss, &f, psm_params_data (f.params), psm_params_grad (f.params),
                       psm_params_size (f.params), 1e-2f, 2e-3, 2e-2, 400);
   psm_test_gradcheck ("softmax state", f_loss, &f, f.state, f.gstate, TY * B * H, 1e-2f, 2e-3, 2e-2, 400);
@@ -64,21 +70,52 @@ run (const char *text)
   int s[3] = { 1, B, H };
   PsmDecOut out = { .Ty = 1, .B = B, .state = psm_tensor_wrap (g, f.state, NULL, 3, s) };
   PsmTensor *sc = f.hk->scores (f.head, g, f.params, NULL, &out, &f.batch);
-  ck_assert_int_eq (f.hk->space_size (f.head, &f.batch), V);
+  int S = with_cand ? 5 : V;
+  ck_assert_int_eq (f.hk->space_size (f.head, &f.batch), S);
+  f.batch.n_cand = 0;
+  PsmTensor *full = f.hk->scores (f.head, g, f.params, NULL, &out, &f.batch);
+  f.batch.n_cand = with_cand ? 5 : 0;
   for (int b = 0; b < B; b++) {
-    double z = 0;
-    for (int v = 0; v < V; v++)
-      z += exp (sc->data[b * V + v]);
+    double z = 0, zc = 0;
+    for (int v = 0; v < S; v++)
+      z += exp (sc->data[b * S + v]);
     ck_assert (fabs (z - 1.0) < 1e-5);
-    ck_assert_int_eq (f.hk->slot_token (f.head, &f.batch, b, 4), 4);
+    ck_assert_int_eq (f.hk->slot_token (f.head, &f.batch, b, 4), with_cand ? 5 : 4);
+    for (int k = 0; k < S; k++)
+      zc += exp (full->data[b * V + (with_cand ? cand[k] : k)]);
+    for (int k = 0; k < S; k++)   /* the candidates' softmax: the whole one renormalised */
+      ck_assert (fabs (sc->data[b * S + k] - (full->data[b * V + (with_cand ? cand[k] : k)] - log (zc))) < 1e-5);
   }
+  /* the loss is the mean of -log p(target) over the real steps */
+  psm_graph_set_grad (g, FALSE);
+  float loss = f_loss (g, &f)->data[0];
+  double want = 0.0;
+  for (int t = 0; t < TY; t++) {
+    int s1[3] = { 1, B, H };
+    PsmDecOut o1 = { .Ty = 1, .B = B, .state = psm_tensor_wrap (g, f.state + t * B * H, NULL, 3, s1) };
+    PsmTensor *st = f.hk->scores (f.head, g, f.params, NULL, &o1, &f.batch);
+    for (int b = 0; b < B; b++)
+      if (f.batch.tgt_mask[t * B + b] != 0.0f)
+        want -= st->data[b * S + psm_batch_cand_index (&f.batch, f.batch.tgt[t * B + b])];
+  }
+  ck_assert_msg (fabs (loss - want / 5) < 1e-5, "loss %g, want %g", loss, want / 5);
   psm_graph_free (g);
   f.hk->destroy (f.head);
   psm_params_free (f.params);
   psm_batch_clear (&f.batch);
 }
 
+static void run (const char *text) { run_with (text, FALSE); }
+
 START_TEST (test_plain) { run ("plugin = \"softmax\";"); }
+END_TEST
+
+/* the large-vocabulary trick, untied and tied output weights */
+START_TEST (test_candidates)
+{
+  run_with ("plugin = \"softmax\"; hidden = 3;", TRUE);
+  run_with ("plugin = \"softmax\"; tie_embedding = true;", TRUE);
+}
 END_TEST
 
 START_TEST (test_deep_output) { run ("plugin = \"softmax\"; hidden = 3;"); }
@@ -127,6 +164,7 @@ main (void)
   TCase *tc = tcase_create ("softmax");
   tcase_set_timeout (tc, 60);
   tcase_add_test (tc, test_plain);
+  tcase_add_test (tc, test_candidates);
   tcase_add_test (tc, test_deep_output);
   tcase_add_test (tc, test_tied);
   tcase_add_test (tc, test_tied_mismatch);

@@ -64,6 +64,12 @@ void psm_batch_clear (PsmBatch *b);   /* frees buffers */
 int32_t psm_batch_oov_id (PsmBatch *b, const char *word);
 /* ABI 1.7: copy n ascending shortlist ids into cand (n_cand = n). */
 void psm_batch_set_candidates (PsmBatch *b, const int32_t *ids, int n);
+/* ABI 1.7: the index of shortlist id among the batch's candidates, -1 if it
+ * is not one; with no candidates (n_cand 0), id itself. */
+int psm_batch_cand_index (const PsmBatch *b, int32_t id);
+/* ABI 1.7: the size of the head's vocabulary softmax for this batch:
+ * n_cand, or V (the shortlist) without candidates. */
+#define PSM_BATCH_VOCAB(b, V) ((b)->n_cand > 0 ? (b)->n_cand : (V))
 
 /* ABI 1.7, tgt_loc: point at the argmax of the head's own location softmax
  * at that step (Gulcehre et al. §5.3's last rule, when no other finds the

@@ -30,7 +30,17 @@
  *              (§4: the location softmax is the attention mechanism)
  *   switch     x = v_d^T relu(x_t W_d + b_d) + b_v,  d_t = s(k x)
  * with the same loss (every step's shortlist projection as one GEMM, and
- * only the targets' probabilities gathered) and decoding. */
+ * only the targets' probabilities gathered) and decoding. There a batch
+ * with candidates (PsmBatch.cand: the large-vocabulary trick, §5.2)
+ * restricts the shortlist softmax to them, with only their columns of U_w
+ * computed, and the shortlist part of the output space is the candidates.
+ *
+ * switch = noisy_tanh is §5.3's switch: a two-layer MLP of noisy tanh units
+ * (psm_noisy_tanh: Gulcehre et al.'s NAN with a learned p per unit, p
+ * starting at 1; alpha 1.15, c 0.5 as their code) with a residual
+ * connection from the lower layer to the upper:
+ *   h1 = nt(x W_1 + b_1),  h2 = nt(h1 W_2 + b_2) + h1,  x' = v^T h2 + b_v
+ * noisy while training, its expectation otherwise. */
 #include <math.h>
 #include <string.h>
 #include <psm/psm.h>
@@ -44,6 +54,8 @@ typedef struct {
   int w_k, w_q, b_q, v_a;        /* location: pointer network */
   int w_l, b_l, u_l, b_L;        /* location: from the summary */
   int w_d, b_d, v_d, b_v;        /* switch */
+  gboolean noisy;                /* switch = noisy_tanh */
+  int p_d, w_2, b_2, p_2;        /* its learned p and upper layer */
 } PointerSoftmax;
 
 static const PsmParamSpec params[] = {
@@ -55,16 +67,26 @@ static const PsmParamSpec params[] = {
   { "switch_hidden", PSM_PARAM_INT, "128", 1, 16384, "switch MLP hidden layer", NULL },
   { "temperature", PSM_PARAM_FLOAT, "2", 0.01, 100, "inverse temperature k of d = s(k x) (paper: 2)", NULL },
   { "switch_bias", PSM_PARAM_FLOAT, "-1", -100, 100, "initial bias of the switch output (paper: -1)", NULL },
+  { "switch", PSM_PARAM_CHOICE, "relu", PSM_NO_RANGE,
+    "switch MLP: relu (one layer), or noisy_tanh (two noisy-tanh layers with a residual connection, §5.3)",
+    "relu|noisy_tanh" },
   PSM_PARAM_END
 };
 
-/* The switch MLP on an input of n: relu layer, then the logit whose bias
- * starts at switch_bias. */
+/* The switch MLP on an input of n: a relu layer (or two noisy tanh ones),
+ * then the logit whose bias starts at switch_bias. */
 static void
 build_switch (PointerSoftmax *s, const PsmBuildCtx *ctx, const PsmSection *cfg, int n)
 {
   s->w_d = psm_build_matrix (ctx, "switch.w", n, s->sw, PSM_INIT_XAVIER, 0);
   s->b_d = psm_build_vector (ctx, "switch.b", s->sw, PSM_INIT_ZEROS, 0);
+  s->noisy = strcmp (psm_section_string (cfg, "switch"), "noisy_tanh") == 0;
+  if (s->noisy) {
+    s->p_d = psm_build_vector (ctx, "switch.p", s->sw, PSM_INIT_CONST, 1.0f);
+    s->w_2 = psm_build_matrix (ctx, "switch.w2", s->sw, s->sw, PSM_INIT_XAVIER, 0);
+    s->b_2 = psm_build_vector (ctx, "switch.b2", s->sw, PSM_INIT_ZEROS, 0);
+    s->p_2 = psm_build_vector (ctx, "switch.p2", s->sw, PSM_INIT_CONST, 1.0f);
+  }
   s->v_d = psm_build_matrix (ctx, "switch.out_w", s->sw, 1, PSM_INIT_XAVIER, 0);
   s->b_v = psm_build_vector (ctx, "switch.out_b", 1, PSM_INIT_CONST, (float) psm_section_float (cfg, "switch_bias"));
 }
@@ -118,6 +140,24 @@ ps_create (const PsmSection *cfg, const PsmBuildCtx *ctx, GError **error)
 
 static void ps_destroy (void *self) { g_free (self); }
 
+#define NOISY_ALPHA 1.15f
+#define NOISY_C 0.5f
+
+/* The switch logit k x' [R, 1] from its input rows x [R, n]. */
+static PsmTensor *
+switch_logit (PointerSoftmax *s, PsmGraph *g, PsmParams *p, PsmTensor *x)
+{
+  PsmTensor *h = psm_linear (g, x, psm_param (g, p, s->w_d), psm_param (g, p, s->b_d));
+  if (s->noisy) {
+    h = psm_noisy_tanh (g, h, psm_param (g, p, s->p_d), NOISY_ALPHA, NOISY_C);
+    PsmTensor *h2 = psm_linear (g, h, psm_param (g, p, s->w_2), psm_param (g, p, s->b_2));
+    h = psm_add (g, psm_noisy_tanh (g, h2, psm_param (g, p, s->p_2), NOISY_ALPHA, NOISY_C), h);
+  } else {
+    h = psm_relu (g, h);
+  }
+  return psm_scale (g, psm_linear (g, h, psm_param (g, p, s->v_d), psm_param (g, p, s->b_v)), s->k);
+}
+
 typedef struct {
   PsmTensor *logits;   /* seq2seq: [B, V] before the log-softmax */
   PsmTensor *logp_w;   /* [B, V] */
@@ -164,28 +204,29 @@ forward_step (PointerSoftmax *s, PsmGraph *g, PsmParams *p, const PsmEncoding *e
     PsmTensor *l = psm_masked_softmax (g, scbt, mbt);
     ul = psm_attend (g, l, enc->annotations);                                 /* [B, Ha] */
   }
-  /* switch */
-  PsmTensor *hd = psm_relu (g, psm_linear (g, psm_concat (g, uw, ul), psm_param (g, p, s->w_d),
-                                           psm_param (g, p, s->b_d)));
-  PsmTensor *x = psm_linear (g, hd, psm_param (g, p, s->v_d), psm_param (g, p, s->b_v));
-  out->kx = psm_scale (g, x, s->k);
+  out->kx = switch_logit (s, g, p, psm_concat (g, uw, ul));
   (void) B;
 }
 
-/* seq2seq, every step as a row: the shortlist logits [Ty B, V] from
- * [s_t; c_t] and the switch logit k x [Ty B, 1] from x_t = [s_t; c_t;
- * y_(t-1)]. */
+/* seq2seq, every step as a row: the shortlist logits [Ty B, V] (V: the
+ * batch's candidates, if it has) from [s_t; c_t] and the switch logit k x
+ * [Ty B, 1] from x_t = [s_t; c_t; y_(t-1)]. */
 static void
-s2s_parts (PointerSoftmax *s, PsmGraph *g, PsmParams *p, const PsmDecOut *out, PsmTensor **logits, PsmTensor **kx)
+s2s_parts (PointerSoftmax *s, PsmGraph *g, PsmParams *p, const PsmDecOut *out, const PsmBatch *batch,
+           PsmTensor **logits, PsmTensor **kx)
 {
   PsmTensor *sc = psm_concat (g, out->state, out->context), *scx = psm_concat (g, sc, out->input);
   int n = out->Ty * out->B, shape[2] = { n, psm_tensor_cols (scx) }, sc_shape[2] = { n, psm_tensor_cols (sc) };
   PsmTensor *x = psm_tensor_reshape (g, scx, 2, shape);
   PsmTensor *uw = psm_tanh (g, psm_linear (g, psm_tensor_reshape (g, sc, 2, sc_shape), psm_param (g, p, s->w_w),
                                            psm_param (g, p, s->b_w)));
-  *logits = psm_linear (g, uw, psm_param (g, p, s->u_w), psm_param (g, p, s->b_U));
-  PsmTensor *hd = psm_relu (g, psm_linear (g, x, psm_param (g, p, s->w_d), psm_param (g, p, s->b_d)));
-  *kx = psm_scale (g, psm_linear (g, hd, psm_param (g, p, s->v_d), psm_param (g, p, s->b_v)), s->k);
+  PsmTensor *w = psm_param (g, p, s->u_w), *b = psm_param (g, p, s->b_U);
+  if (batch->n_cand > 0) {
+    w = psm_gather_cols (g, w, batch->cand, batch->n_cand);
+    b = psm_gather_cols (g, b, batch->cand, batch->n_cand);
+  }
+  *logits = psm_linear (g, uw, w, b);
+  *kx = switch_logit (s, g, p, x);
 }
 
 /* The attention [Ty, B, T] as rows [Ty B, T]. */
@@ -206,6 +247,12 @@ s2s_loss (PointerSoftmax *s, PsmGraph *g, PsmParams *p, const PsmDecOut *out, co
   float *ws = psm_arena_alloc (psm_graph_arena (g), (size_t) n * sizeof (float));
   float *wl = psm_arena_alloc (psm_graph_arena (g), (size_t) n * sizeof (float));
   int32_t *zero = psm_arena_alloc (psm_graph_arena (g), (size_t) n * sizeof (int32_t));
+  int32_t *tgt = batch->tgt;   /* as indices of the candidates, if the batch has them */
+  if (batch->n_cand > 0) {
+    tgt = psm_arena_alloc (psm_graph_arena (g), (size_t) n * sizeof (int32_t));
+    for (int r = 0; r < n; r++)
+      tgt[r] = batch->tgt_mask[r] != 0.0f ? psm_batch_cand_index (batch, batch->tgt[r]) : 0;
+  }
   /* the location targets: PSM_LOC_ARGMAX is the attention's own argmax
    * over the real positions (§5.3's last rule; no gradient through it) */
   int32_t *loc = psm_arena_alloc (psm_graph_arena (g), (size_t) n * sizeof (int32_t));
@@ -233,10 +280,10 @@ s2s_loss (PointerSoftmax *s, PsmGraph *g, PsmParams *p, const PsmDecOut *out, co
   if (W == 0.0)
     return psm_tensor_zeros (g, 1, &one, FALSE);
   PsmTensor *logits, *kx;
-  s2s_parts (s, g, p, out, &logits, &kx);
+  s2s_parts (s, g, p, out, batch, &logits, &kx);
   PsmTensor *loss = psm_bce_logits (g, kx, batch->tgt_switch, batch->tgt_mask);
   if (Ws > 0)
-    loss = psm_add (g, loss, psm_scale (g, psm_cross_entropy (g, logits, batch->tgt, ws), (float) (Ws / W)));
+    loss = psm_add (g, loss, psm_scale (g, psm_cross_entropy (g, logits, tgt, ws), (float) (Ws / W)));
   if (Wl > 0) {
     int col[2] = { n, 1 };
     PsmTensor *la = psm_log (g, psm_tensor_reshape (g, psm_pick (g, attn_rows (g, out), loc), 2, col));
@@ -289,10 +336,18 @@ ps_loss (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const Ps
   return total;
 }
 
+/* The shortlist part of the output space: the batch's candidates on an
+ * attention decoder, else the shortlist. */
+static int
+vocab_part (const PointerSoftmax *s, const PsmBatch *batch)
+{
+  return s->seq2seq ? PSM_BATCH_VOCAB (batch, s->V) : s->V;
+}
+
 static int
 ps_space (void *self, const PsmBatch *batch)
 {
-  return ((PointerSoftmax *) self)->V + batch->T;
+  return vocab_part (self, batch) + batch->T;
 }
 
 static inline double
@@ -306,10 +361,10 @@ softplus (double x)
  * attention is the location softmax). */
 static void
 one_step (PointerSoftmax *s, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const PsmDecOut *out,
-          gboolean logp, Step *st)
+          const PsmBatch *batch, gboolean logp, Step *st)
 {
   if (s->seq2seq) {
-    s2s_parts (s, g, p, out, &st->logits, &st->kx);
+    s2s_parts (s, g, p, out, batch, &st->logits, &st->kx);
     if (logp) {
       st->logp_w = psm_log_softmax (g, st->logits);
       st->logp_l = psm_log (g, attn_rows (g, out));
@@ -325,19 +380,19 @@ ps_scores (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const 
            const PsmBatch *batch)
 {
   PointerSoftmax *s = self;
-  int B = out->B, T = enc->T, S = s->V + T;
+  int B = out->B, T = enc->T, V = vocab_part (s, batch), S = V + T;
   Step st;
-  one_step (s, g, p, enc, out, TRUE, &st);
+  one_step (s, g, p, enc, out, batch, TRUE, &st);
   int shape[2] = { B, S };
   PsmTensor *sc = psm_tensor_new (g, 2, shape, FALSE);
   for (int b = 0; b < B; b++) {
     double kx = st.kx->data[b];
     float log_d = (float) -softplus (-kx), log_1md = (float) -softplus (kx);
     float *row = sc->data + (size_t) b * S;
-    for (int v = 0; v < s->V; v++)
-      row[v] = log_d + st.logp_w->data[(size_t) b * s->V + v];
+    for (int v = 0; v < V; v++)
+      row[v] = log_d + st.logp_w->data[(size_t) b * V + v];
     for (int j = 0; j < T; j++)   /* padding is never pointed at */
-      row[s->V + j] = enc->mask[(size_t) j * B + b] != 0.0f ? log_1md + st.logp_l->data[(size_t) b * T + j] : -INFINITY;
+      row[V + j] = enc->mask[(size_t) j * B + b] != 0.0f ? log_1md + st.logp_l->data[(size_t) b * T + j] : -INFINITY;
   }
   return sc;
 }
@@ -346,9 +401,10 @@ static int32_t
 ps_slot_token (void *self, const PsmBatch *batch, int b, int slot)
 {
   PointerSoftmax *s = self;
-  if (slot < s->V)
-    return slot;
-  return PSM_AT (batch->src_ext, batch, slot - s->V, b);
+  int V = vocab_part (s, batch);
+  if (slot < V)
+    return batch->n_cand > 0 && s->seq2seq ? batch->cand[slot] : slot;
+  return PSM_AT (batch->src_ext, batch, slot - V, b);
 }
 
 /* The probability d_t of the shortlist at one step (decoding output). */
@@ -356,7 +412,7 @@ static PsmTensor *
 ps_gate (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const PsmDecOut *out, const PsmBatch *b)
 {
   Step st;
-  one_step (self, g, p, enc, out, FALSE, &st);
+  one_step (self, g, p, enc, out, b, FALSE, &st);
   return psm_sigmoid (g, st.kx);
 }
 

@@ -6,7 +6,10 @@
  * mean cross-entropy of the shortlist target (unk where the word is
  * outside). With tie_embedding the output weights are the token embedding
  * table, W = E^T (Press & Wolf 2017; Inan et al. 2017): u must have the
- * embedding's width and the table the shortlist's rows. */
+ * embedding's width and the table the shortlist's rows. A batch with
+ * candidates (PsmBatch.cand, the large-vocabulary trick of Jean et al.
+ * 2015) restricts the softmax to them: only their rows of the output
+ * weights are used, and the output space is the candidate list. */
 #include <psm/psm.h>
 #include <string.h>
 
@@ -62,7 +65,7 @@ sm_create (const PsmSection *cfg, const PsmBuildCtx *ctx, GError **error)
 static void sm_destroy (void *self) { g_free (self); }
 
 static PsmTensor *
-logits (Softmax *s, PsmGraph *g, PsmParams *p, PsmTensor *state, PsmTensor *context)
+logits (Softmax *s, PsmGraph *g, PsmParams *p, PsmTensor *state, PsmTensor *context, const PsmBatch *batch)
 {
   PsmTensor *u = s->with_context ? psm_concat (g, state, context) : state;
   if (s->hidden) {
@@ -70,9 +73,26 @@ logits (Softmax *s, PsmGraph *g, PsmParams *p, PsmTensor *state, PsmTensor *cont
     if (!s->linear)
       u = psm_tanh (g, u);
   }
+  PsmTensor *w = psm_param (g, p, s->w_o), *b = psm_param (g, p, s->b_o);
+  if (batch->n_cand > 0) {
+    w = s->tied ? psm_gather_rows (g, w, batch->cand, batch->n_cand) : psm_gather_cols (g, w, batch->cand, batch->n_cand);
+    b = psm_gather_cols (g, b, batch->cand, batch->n_cand);
+  }
   if (s->tied)
-    return psm_add (g, psm_matmul (g, u, psm_param (g, p, s->w_o), FALSE, TRUE), psm_param (g, p, s->b_o));
-  return psm_linear (g, u, psm_param (g, p, s->w_o), psm_param (g, p, s->b_o));
+    return psm_add (g, psm_matmul (g, u, w, FALSE, TRUE), b);
+  return psm_linear (g, u, w, b);
+}
+
+/* The targets as indices of the batch's softmax (the candidates'). */
+static const int32_t *
+targets (PsmGraph *g, const PsmBatch *batch, int n)
+{
+  if (batch->n_cand <= 0)
+    return batch->tgt;
+  int32_t *t = psm_arena_alloc (psm_graph_arena (g), (size_t) n * sizeof (int32_t));
+  for (int r = 0; r < n; r++)
+    t[r] = batch->tgt_mask[r] != 0.0f ? psm_batch_cand_index (batch, batch->tgt[r]) : 0;
+  return t;
 }
 
 static PsmTensor *
@@ -80,10 +100,11 @@ sm_loss (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const Ps
          const PsmBatch *batch)
 {
   /* All Ty steps in one GEMM: rows of [Ty, B, V] follow tgt's [Ty, B]. */
-  return psm_cross_entropy (g, logits (self, g, p, out->state, out->context), batch->tgt, batch->tgt_mask);
+  return psm_cross_entropy (g, logits (self, g, p, out->state, out->context, batch),
+                            targets (g, batch, out->Ty * out->B), batch->tgt_mask);
 }
 
-static int sm_space (void *self, const PsmBatch *batch) { return ((Softmax *) self)->V; }
+static int sm_space (void *self, const PsmBatch *batch) { return PSM_BATCH_VOCAB (batch, ((Softmax *) self)->V); }
 
 static PsmTensor *
 sm_scores (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const PsmDecOut *out,
@@ -91,17 +112,22 @@ sm_scores (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const 
 {
   Softmax *s = self;
   PsmTensor *l = logits (s, g, p, psm_tensor_step (g, out->state, 0),
-                         s->with_context ? psm_tensor_step (g, out->context, 0) : NULL);
+                         s->with_context ? psm_tensor_step (g, out->context, 0) : NULL, batch);
   return psm_log_softmax (g, l);
 }
 
-static int32_t sm_slot_token (void *self, const PsmBatch *batch, int b, int slot) { return slot; }
+static int32_t
+sm_slot_token (void *self, const PsmBatch *batch, int b, int slot)
+{
+  return batch->n_cand > 0 ? batch->cand[slot] : slot;
+}
 
 static void
 sm_token_logp (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const PsmDecOut *out,
                const PsmBatch *batch, float *logp, float *gate)
 {
-  PsmTensor *lp = psm_pick_log_softmax (g, logits (self, g, p, out->state, out->context), batch->tgt);
+  PsmTensor *lp = psm_pick_log_softmax (g, logits (self, g, p, out->state, out->context, batch),
+                                        targets (g, batch, out->Ty * out->B));
   for (int r = 0; r < out->Ty * out->B; r++)
     if (batch->tgt_mask[r] != 0.0f)
       logp[r] = lp->data[r];
