@@ -1,0 +1,626 @@
+/* headline — headline generation for the pointer softmax (Gulcehre et al.
+ * 2016, §5.2): an article's first sentence to its title, with pointer
+ * targets for the words the vocabulary trims (UNK-pointers) or for
+ * anonymised named entities (entity-pointers).
+ *
+ * Files: a split is an article file whose name holds "article" with its
+ * line-aligned title file named the same with "title" in its place (Rush
+ * et al.'s train.article.txt / train.title.txt, the gigaword-sample), or a
+ * .jsonl file of CNN/DailyMail records ({"article", "highlights"}) read as
+ * the first sentence of the article (up to and including its first . ! or
+ * ?) to the first highlight. Text is tokenised already and split on white
+ * space. With style = gigaword every split is brought to the form of Rush
+ * et al.'s Gigaword: digits as #, brackets as -lrb- -rrb- -lsb- -rsb- -lcb-
+ * -rcb-, and a title's final "." dropped (the Gigaword data is in that
+ * form already, so it is left as it is).
+ *
+ * Vocabularies (§5.2): a word seen fewer than min_count times in the
+ * training sources (targets) is <unk> on the source (target) side; at most
+ * src_vocab (tgt_vocab) words, the most frequent, 4 special ones included.
+ * Saved in the run folder as src_vocab.txt and tgt_vocab.txt and read back
+ * from there.
+ *
+ * pointers = unk: each target word outside the target vocabulary points at
+ * the first source position holding the same word before the source was
+ * unk-ed (even where that source word is itself <unk>); a word found
+ * nowhere in the source is generated as <unk>. pointers = entity: the
+ * tokens are word|TAG (TAG O, or no |TAG, for a word outside any entity);
+ * per document, source then title, left to right, each entity word becomes
+ * @entity<k>, k counting from 1 by first appearance and shared by every
+ * repetition of the word (token level, so a multi-word entity can match in
+ * part); a title placeholder that the source holds points at its first
+ * position. pointers = none: no pointer targets (the plain NMT model). The
+ * pointers per 100 examples of every split are printed at creation (the
+ * paper: 2.7 train, 9.1 valid for UNK-pointers on Gigaword).
+ *
+ * Extended ids: a source word in the target vocabulary has its target id,
+ * any other word a per-batch id (ext_base + i), so a pointed word reaches
+ * the output as itself. lvt > 0 is the large-vocabulary trick for
+ * training batches: the head's softmax is restricted to the special words,
+ * the batch's source and target words in the target vocabulary, and the
+ * most frequent target words up to lvt candidates in all (Jean et al.
+ * 2015); evaluation and decoding use the whole target vocabulary. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <psm/psm.h>
+#include <psm/psm-pipeline.h>
+
+#define N_SPECIAL 4
+enum { PAD, UNK, BOS, EOS };
+static const char *const special[N_SPECIAL + 1] = { "<pad>", "<unk>", "<s>", "</s>", NULL };
+enum { P_UNK, P_ENTITY, P_NONE };
+
+typedef struct {
+  int n;
+  GArray *src_off, *tgt_off;    /* int, n + 1 offsets */
+  GArray *src, *tgt;            /* int32 global ids (source / target tables) */
+  GArray *src_tid;              /* int32: target-table id of each source word */
+  GArray *sw, *loc;             /* float switch (1 generate, 0 point), int32 position or -1 */
+  GPtrArray *src_text, *tgt_text;   /* the texts as the model sees them, before <unk> */
+  long pointers;
+} Split;
+
+typedef struct {
+  int Vs, Vt, max_src, max_tgt, min_count, lvt, mode;
+  gboolean gigaword;
+  PsmVocab *sv, *tv;            /* [0, Vs) / [0, Vt): the vocabularies, then every other word */
+  Split split[3];
+  guint8 *mark;                 /* [Vt] lvt scratch */
+  int32_t *cand;
+} Headline;
+
+static const PsmParamSpec params[] = {
+  { "train", PSM_PARAM_STRING, "../shared/data/cnndm/train.jsonl", PSM_NO_RANGE,
+    "training split: an article file (titles beside it, \"article\" -> \"title\") or CNN/DM .jsonl (lead)", NULL },
+  { "valid", PSM_PARAM_STRING, "../shared/data/cnndm/valid.jsonl", PSM_NO_RANGE, "validation split", NULL },
+  { "test", PSM_PARAM_STRING, "../shared/data/gigaword-sample/sample.article.txt", PSM_NO_RANGE, "test split",
+    NULL },
+  { "style", PSM_PARAM_CHOICE, "gigaword", PSM_NO_RANGE,
+    "gigaword: digits as #, brackets as -lrb- ..., no final . in titles (Rush et al.'s form); none: as read",
+    "gigaword|none" },
+  { "pointers", PSM_PARAM_CHOICE, "unk", PSM_NO_RANGE,
+    "pointer targets: unk (UNK-pointers), entity (word|TAG input anonymised), none", "unk|entity|none" },
+  { "min_count", PSM_PARAM_INT, "5", 1, 1000000, "words seen fewer times in training (per side) are <unk> (paper: 5)",
+    NULL },
+  { "src_vocab", PSM_PARAM_INT, "125000", 5, 10000000, "most source words kept, 4 special included (paper: 125k)",
+    NULL },
+  { "tgt_vocab", PSM_PARAM_INT, "75000", 5, 10000000, "most target words kept, 4 special included (paper: 75k)",
+    NULL },
+  { "lvt", PSM_PARAM_INT, "0", 0, 10000000,
+    "large-vocabulary trick: training softmax over this many candidates (paper: 2000; 0: off)", NULL },
+  { "max_src", PSM_PARAM_INT, "100", 1, 100000, "source tokens kept", NULL },
+  { "max_tgt", PSM_PARAM_INT, "30", 1, 100000, "title tokens kept before </s>", NULL },
+  { "max_train", PSM_PARAM_INT, "0", 0, 2000000000, "use the first N training pairs (0 = all)", NULL },
+  PSM_PARAM_END
+};
+
+/* ---- text ---- */
+
+/* Rush et al.'s form of one token, appended to s. */
+static void
+gigaword_token (GString *s, const char *w)
+{
+  static const char *const br[][2] = { { "(", "-lrb-" }, { ")", "-rrb-" }, { "[", "-lsb-" },
+                                       { "]", "-rsb-" }, { "{", "-lcb-" }, { "}", "-rcb-" } };
+  for (guint i = 0; i < G_N_ELEMENTS (br); i++)
+    if (strcmp (w, br[i][0]) == 0) {
+      g_string_append (s, br[i][1]);
+      return;
+    }
+  for (const char *p = w; *p; p++)
+    g_string_append_c (s, g_ascii_isdigit (*p) ? '#' : *p);
+}
+
+/* The tokens of a text (GPtrArray of strings), styled; a title loses a
+ * final "." under the gigaword style. */
+static GPtrArray *
+tokens (const Headline *t, const char *text, gboolean title)
+{
+  char **tok = g_strsplit_set (text, " \t\r\n\f\v", -1);
+  GPtrArray *w = g_ptr_array_new_with_free_func (g_free);
+  GString *s = g_string_new (NULL);
+  for (char **p = tok; *p; p++) {
+    if (!**p)
+      continue;
+    if (!t->gigaword) {
+      g_ptr_array_add (w, g_strdup (*p));
+      continue;
+    }
+    g_string_truncate (s, 0);
+    char *bar = t->mode == P_ENTITY ? strrchr (*p, '|') : NULL;
+    if (bar && bar != *p) {   /* style the word, keep the tag */
+      *bar = '\0';
+      gigaword_token (s, *p);
+      g_string_append_c (s, '|');
+      g_string_append (s, bar + 1);
+    } else {
+      gigaword_token (s, *p);
+    }
+    g_ptr_array_add (w, g_strdup (s->str));
+  }
+  if (title && t->gigaword && w->len > 1 && strcmp (w->pdata[w->len - 1], ".") == 0)
+    g_ptr_array_set_size (w, w->len - 1);
+  g_string_free (s, TRUE);
+  g_strfreev (tok);
+  return w;
+}
+
+/* Entity anonymisation of one document in place: word|TAG (TAG not O)
+ * becomes @entity<k>, k by first appearance of the word over source then
+ * title; other tokens lose any |O. */
+static void
+anonymise (GPtrArray *src, GPtrArray *tgt)
+{
+  GHashTable *ids = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, NULL);
+  GPtrArray *side[2] = { src, tgt };
+  for (int k = 0; k < 2; k++)
+    for (guint i = 0; i < side[k]->len; i++) {
+      char *tok = side[k]->pdata[i], *bar = strrchr (tok, '|');
+      if (!bar || bar == tok)
+        continue;
+      *bar = '\0';
+      const char *tag = bar + 1;
+      if (!*tag || strcmp (tag, "O") == 0)
+        continue;   /* the word alone */
+      gpointer v = g_hash_table_lookup (ids, tok);
+      int id = v ? GPOINTER_TO_INT (v) : (int) g_hash_table_size (ids) + 1;
+      if (!v)
+        g_hash_table_insert (ids, g_strdup (tok), GINT_TO_POINTER (id));
+      side[k]->pdata[i] = g_strdup_printf ("@entity%d", id);
+      g_free (tok);
+    }
+  g_hash_table_destroy (ids);
+}
+
+static char *
+join (GPtrArray *w)
+{
+  GString *s = g_string_new (NULL);
+  for (guint i = 0; i < w->len; i++)
+    g_string_append_printf (s, "%s%s", i ? " " : "", (char *) w->pdata[i]);
+  return g_string_free (s, FALSE);
+}
+
+/* The first sentence of a tokenised text: up to and including the first
+ * . ! or ? token (all of it if there is none). */
+static char *
+lead_sentence (const char *text)
+{
+  char **tok = g_strsplit_set (text, " \t\r\n", -1);
+  GString *s = g_string_new (NULL);
+  for (char **p = tok; *p; p++) {
+    if (!**p)
+      continue;
+    g_string_append_printf (s, "%s%s", s->len ? " " : "", *p);
+    if (strcmp (*p, ".") == 0 || strcmp (*p, "!") == 0 || strcmp (*p, "?") == 0)
+      break;
+  }
+  g_strfreev (tok);
+  return g_string_free (s, FALSE);
+}
+
+/* ---- reading ---- */
+
+typedef struct {
+  GPtrArray *src, *tgt;   /* GPtrArray of token strings, a pair each */
+} Pairs;
+
+static void
+pairs_free (Pairs *p)
+{
+  if (p->src)
+    g_ptr_array_unref (p->src);
+  if (p->tgt)
+    g_ptr_array_unref (p->tgt);
+}
+
+/* The title file of an article file: the last "article" of its name as
+ * "title"; NULL if the name has none. */
+static char *
+title_path (const char *path)
+{
+  const char *base = strrchr (path, '/');
+  base = base ? base + 1 : path;
+  const char *hit = NULL;
+  for (const char *p = strstr (base, "article"); p; p = strstr (p + 1, "article"))
+    hit = p;
+  if (!hit)
+    return NULL;
+  return g_strdup_printf ("%.*stitle%s", (int) (hit - path), path, hit + strlen ("article"));
+}
+
+static gboolean
+read_pairs (Headline *t, const char *path, long max, Pairs *out, GError **error)
+{
+  static const char *const keys[2] = { "article", "highlights" };
+  gboolean jsonl = g_str_has_suffix (path, ".jsonl");
+  char *tpath = jsonl ? NULL : title_path (path);
+  if (!jsonl && !tpath) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
+                 "%s: cannot tell where its titles are: a headline split is a .jsonl file of CNN/DailyMail records, "
+                 "or an article file whose name holds \"article\", its titles in the file named with \"title\" "
+                 "instead", path);
+    return FALSE;
+  }
+  GPtrArray *a = NULL, *b = NULL;
+  gboolean ok = psm_read_text_pairs (path, tpath, keys, max, FALSE, "headline", &a, &b, error);
+  out->src = g_ptr_array_new_with_free_func ((GDestroyNotify) g_ptr_array_unref);
+  out->tgt = g_ptr_array_new_with_free_func ((GDestroyNotify) g_ptr_array_unref);
+  for (guint i = 0; ok && i < a->len; i++) {
+    char *src = jsonl ? lead_sentence (a->pdata[i]) : g_strdup (a->pdata[i]);
+    char *nl = jsonl ? strchr (b->pdata[i], '\n') : NULL;
+    char *tgt = nl ? g_strndup (b->pdata[i], nl - (char *) b->pdata[i]) : g_strdup (b->pdata[i]);
+    GPtrArray *ws = tokens (t, src, FALSE), *wt = tokens (t, tgt, TRUE);
+    if (t->mode == P_ENTITY)
+      anonymise (ws, wt);
+    g_ptr_array_add (out->src, ws);
+    g_ptr_array_add (out->tgt, wt);
+    g_free (src);
+    g_free (tgt);
+  }
+  if (a)
+    g_ptr_array_unref (a);
+  if (b)
+    g_ptr_array_unref (b);
+  g_free (tpath);
+  return ok;
+}
+
+/* ---- vocabularies and pointer targets ---- */
+
+/* The words of one side, most frequent first: those seen min_count times
+ * or more, at most V with the special ones; returns how many. */
+static int
+build_vocab (PsmVocab *v, GPtrArray *sents, int V, int min_count)
+{
+  PsmWordCounts *c = psm_word_counts_new ();
+  for (guint i = 0; i < sents->len; i++) {
+    GPtrArray *w = sents->pdata[i];
+    for (guint j = 0; j < w->len; j++)
+      psm_word_counts_add (c, w->pdata[j], 1);
+  }
+  for (int i = 0; i < N_SPECIAL; i++)
+    psm_vocab_add (v, special[i]);
+  psm_vocab_add_by_count (v, c, 0);   /* every word, by count: [0, n) the vocabulary */
+  psm_word_counts_free (c);
+  int n = N_SPECIAL;
+  while (n < psm_vocab_size (v) && n < V && psm_vocab_count (v, n) >= min_count)
+    n++;
+  return n;
+}
+
+static gboolean
+load_vocab (PsmVocab *v, const char *dir, const char *name, int cap, const char *key, int *V, GError **error)
+{
+  char *path = g_build_filename (dir, name, NULL);
+  gboolean ok = psm_vocab_load (v, path, special, error);
+  *V = psm_vocab_size (v);
+  if (ok && *V > cap) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
+                 "%s: holds %d words, more than task.%s %d (the run was made with other settings)", path, *V, key,
+                 cap);
+    ok = FALSE;
+  }
+  g_free (path);
+  return ok;
+}
+
+static void
+fill_split (Headline *t, Split *s, Pairs *p)
+{
+  s->n = (int) p->src->len;
+  s->src_off = g_array_new (FALSE, FALSE, sizeof (int));
+  s->tgt_off = g_array_new (FALSE, FALSE, sizeof (int));
+  s->src = g_array_new (FALSE, FALSE, sizeof (int32_t));
+  s->tgt = g_array_new (FALSE, FALSE, sizeof (int32_t));
+  s->src_tid = g_array_new (FALSE, FALSE, sizeof (int32_t));
+  s->sw = g_array_new (FALSE, FALSE, sizeof (float));
+  s->loc = g_array_new (FALSE, FALSE, sizeof (int32_t));
+  s->src_text = g_ptr_array_new_with_free_func (g_free);
+  s->tgt_text = g_ptr_array_new_with_free_func (g_free);
+  for (int e = 0; e < s->n; e++) {
+    GPtrArray *ws = p->src->pdata[e], *wt = p->tgt->pdata[e];
+    g_ptr_array_add (s->src_text, join (ws));
+    g_ptr_array_add (s->tgt_text, join (wt));
+    int ns = MIN ((int) ws->len, t->max_src), nt = MIN ((int) wt->len, t->max_tgt);
+    g_array_append_val (s->src_off, s->src->len);
+    g_array_append_val (s->tgt_off, s->tgt->len);
+    for (int i = 0; i < ns; i++) {
+      int32_t id = psm_vocab_add (t->sv, ws->pdata[i]), tid = psm_vocab_id (t->tv, ws->pdata[i]);
+      g_array_append_val (s->src, id);
+      g_array_append_val (s->src_tid, tid);
+    }
+    for (int i = 0; i < nt; i++) {
+      const char *y = wt->pdata[i];
+      int32_t id = psm_vocab_add (t->tv, y), loc = -1;
+      gboolean want = t->mode == P_UNK ? id >= t->Vt : t->mode == P_ENTITY && g_str_has_prefix (y, "@entity");
+      for (int j = 0; want && j < ns && loc < 0; j++)
+        if (strcmp (ws->pdata[j], y) == 0)
+          loc = j;
+      float z = loc >= 0 ? 0.0f : 1.0f;
+      s->pointers += loc >= 0;
+      g_array_append_val (s->tgt, id);
+      g_array_append_val (s->sw, z);
+      g_array_append_val (s->loc, loc);
+    }
+  }
+  int end = (int) s->src->len, tend = (int) s->tgt->len;
+  g_array_append_val (s->src_off, end);
+  g_array_append_val (s->tgt_off, tend);
+}
+
+static void
+split_free (Split *s)
+{
+  GArray *a[7] = { s->src_off, s->tgt_off, s->src, s->tgt, s->src_tid, s->sw, s->loc };
+  for (int i = 0; i < 7; i++)
+    if (a[i])
+      g_array_unref (a[i]);
+  if (s->src_text)
+    g_ptr_array_unref (s->src_text);
+  if (s->tgt_text)
+    g_ptr_array_unref (s->tgt_text);
+}
+
+static void hl_destroy (void *self);
+
+static void *
+hl_create (const PsmSection *cfg, const PsmTaskCtx *ctx, GError **error)
+{
+  Headline *t = g_new0 (Headline, 1);
+  t->max_src = (int) psm_section_int (cfg, "max_src");
+  t->max_tgt = (int) psm_section_int (cfg, "max_tgt");
+  t->min_count = (int) psm_section_int (cfg, "min_count");
+  t->lvt = (int) psm_section_int (cfg, "lvt");
+  t->gigaword = strcmp (psm_section_string (cfg, "style"), "gigaword") == 0;
+  const char *mode = psm_section_string (cfg, "pointers");
+  t->mode = strcmp (mode, "unk") == 0 ? P_UNK : strcmp (mode, "entity") == 0 ? P_ENTITY : P_NONE;
+  int Vs = (int) psm_section_int (cfg, "src_vocab"), Vt = (int) psm_section_int (cfg, "tgt_vocab");
+  long max_train = (long) psm_section_int (cfg, "max_train");
+  if (ctx->check) {
+    t->max_src = MIN (t->max_src, 32);
+    t->max_tgt = MIN (t->max_tgt, 12);
+    max_train = max_train ? MIN (max_train, 64) : 64;
+  }
+  t->sv = psm_vocab_new ();
+  t->tv = psm_vocab_new ();
+  const char *names[3] = { "train", "valid", "test" };
+  Pairs p[3] = { { 0 } };
+  gboolean ok = TRUE;
+  for (int k = 0; k < 3 && ok; k++) {
+    ok = read_pairs (t, psm_section_string (cfg, names[k]), k == 0 ? max_train : ctx->check ? 8 : 0, &p[k], error);
+    if (!ok && error && *error)
+      g_prefix_error (error, "task.%s: ", names[k]);
+  }
+  char *saved_path = ctx->run_dir ? g_build_filename (ctx->run_dir, "tgt_vocab.txt", NULL) : NULL;
+  gboolean saved = ok && saved_path && g_file_test (saved_path, G_FILE_TEST_EXISTS);
+  g_free (saved_path);
+  if (ok && saved) {
+    ok = load_vocab (t->sv, ctx->run_dir, "src_vocab.txt", Vs, "src_vocab", &t->Vs, error) &&
+         load_vocab (t->tv, ctx->run_dir, "tgt_vocab.txt", Vt, "tgt_vocab", &t->Vt, error);
+  } else if (ok) {
+    t->Vs = build_vocab (t->sv, p[0].src, Vs, t->min_count);
+    t->Vt = build_vocab (t->tv, p[0].tgt, Vt, t->min_count);
+    if (t->Vt <= N_SPECIAL) {
+      g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID,
+                   "%s: no title word of the training split is seen %d times or more", psm_section_where (cfg,
+                   "min_count"), t->min_count);
+      ok = FALSE;
+    }
+  }
+  if (ok && ctx->check && t->lvt > 0)
+    t->lvt = MIN (t->lvt, MAX (t->Vt / 2, N_SPECIAL + 1));   /* tiny vocabularies: still exercise it */
+  for (int k = 0; k < 3 && ok; k++)
+    fill_split (t, &t->split[k], &p[k]);
+  for (int k = 0; k < 3; k++)
+    pairs_free (&p[k]);
+  if (ok) {
+    fprintf (stderr, "headline: vocabularies %d source, %d target words (seen >= %d times); %s-pointers per 100 "
+             "examples: train %.1f, valid %.1f, test %.1f\n", t->Vs, t->Vt, t->min_count, mode,
+             100.0 * t->split[0].pointers / MAX (t->split[0].n, 1), 100.0 * t->split[1].pointers / MAX (t->split[1].n, 1),
+             100.0 * t->split[2].pointers / MAX (t->split[2].n, 1));
+    t->mark = g_new0 (guint8, t->Vt);
+    t->cand = g_new (int32_t, t->Vt);
+  }
+  if (!ok) {
+    hl_destroy (t);
+    return NULL;
+  }
+  return t;
+}
+
+static void
+hl_destroy (void *self)
+{
+  Headline *t = self;
+  for (int k = 0; k < 3; k++)
+    split_free (&t->split[k]);
+  psm_vocab_free (t->sv);
+  psm_vocab_free (t->tv);
+  g_free (t->mark);
+  g_free (t->cand);
+  g_free (t);
+}
+
+static void
+hl_info (void *self, PsmTaskInfo *info)
+{
+  Headline *t = self;
+  info->src_vocab = t->Vs;
+  info->tgt_vocab = t->Vt;
+  info->ext_base = MAX (t->Vs, t->Vt);
+  info->max_src_len = t->max_src;
+  info->max_tgt_len = t->max_tgt + 1;
+  info->bos_id = BOS;
+  info->eos_id = EOS;
+  info->unk_id = UNK;
+}
+
+/* The large-vocabulary candidates of a training batch: special words, the
+ * batch's words in the target vocabulary, then the most frequent (lowest
+ * ids) up to lvt. */
+static void
+candidates (Headline *t, PsmBatch *b)
+{
+  if (t->lvt <= 0 || t->lvt >= t->Vt)
+    return;
+  int n = 0;
+  memset (t->mark, 0, (size_t) t->Vt);
+  for (int i = 0; i < N_SPECIAL; i++)
+    t->mark[i] = 1;
+  for (size_t k = 0; k < (size_t) b->T * b->B; k++)
+    if (b->src_mask[k] != 0.0f && b->src_ext[k] < t->Vt)
+      t->mark[b->src_ext[k]] = 1;
+  for (size_t k = 0; k < (size_t) b->Ty * b->B; k++)
+    if (b->tgt_mask[k] != 0.0f)
+      t->mark[b->tgt[k]] = 1;
+  for (int v = 0; v < t->Vt; v++)
+    n += t->mark[v];
+  for (int v = N_SPECIAL; v < t->Vt && n < t->lvt; v++)
+    if (!t->mark[v]) {
+      t->mark[v] = 1;
+      n++;
+    }
+  n = 0;
+  for (int v = 0; v < t->Vt; v++)
+    if (t->mark[v])
+      t->cand[n++] = v;
+  psm_batch_set_candidates (b, t->cand, n);
+}
+
+static void
+fill_batch (Headline *t, const Split *s, const int *idx, int B, PsmBatch *b)
+{
+  const int *so = (const int *) s->src_off->data, *to = (const int *) s->tgt_off->data;
+  int T = 1, Ty = 1;
+  for (int i = 0; i < B; i++) {
+    T = MAX (T, so[idx[i] + 1] - so[idx[i]]);
+    Ty = MAX (Ty, to[idx[i] + 1] - to[idx[i]] + 1);
+  }
+  psm_batch_reserve (b, B, T, Ty);
+  b->ext_base = MAX (t->Vs, t->Vt);
+  const int32_t *src = (const int32_t *) s->src->data, *tgt = (const int32_t *) s->tgt->data;
+  const int32_t *tid = (const int32_t *) s->src_tid->data, *loc = (const int32_t *) s->loc->data;
+  const float *sw = (const float *) s->sw->data;
+  for (int i = 0; i < B; i++) {
+    int e = idx[i], ns = so[e + 1] - so[e], nt = to[e + 1] - to[e];
+    b->example_id[i] = e;
+    for (int k = 0; k < ns; k++) {
+      int32_t g = src[so[e] + k], tv = tid[so[e] + k];
+      PSM_AT (b->src, b, k, i) = g < t->Vs ? g : UNK;
+      PSM_AT (b->src_ext, b, k, i) = tv >= 0 && tv < t->Vt ? tv : psm_batch_oov_id (b, psm_vocab_word (t->sv, g));
+      PSM_AT (b->src_mask, b, k, i) = 1.0f;
+    }
+    for (int k = 0; k <= nt; k++) {
+      int32_t g = k < nt ? tgt[to[e] + k] : EOS;
+      PSM_AT (b->dec_in, b, k, i) = k == 0 ? BOS : PSM_AT (b->tgt, b, k - 1, i);
+      PSM_AT (b->tgt, b, k, i) = g < t->Vt ? g : UNK;
+      PSM_AT (b->tgt_ext, b, k, i) = g < t->Vt ? g : psm_batch_oov_id (b, psm_vocab_word (t->tv, g));
+      PSM_AT (b->tgt_mask, b, k, i) = 1.0f;
+      PSM_AT (b->tgt_switch, b, k, i) = k < nt ? sw[to[e] + k] : 1.0f;
+      PSM_AT (b->tgt_loc, b, k, i) = k < nt ? loc[to[e] + k] : -1;
+    }
+  }
+}
+
+static gboolean
+hl_train_batch (void *self, int B, PsmRng *rng, PsmBatch *out, GError **error)
+{
+  Headline *t = self;
+  int *idx = g_new (int, B);
+  for (int i = 0; i < B; i++)
+    idx[i] = (int) psm_rng_below (rng, (guint32) t->split[0].n);
+  fill_batch (t, &t->split[0], idx, B, out);
+  candidates (t, out);
+  g_free (idx);
+  return TRUE;
+}
+
+static int hl_n_examples (void *self, PsmSplit split) { return ((Headline *) self)->split[split].n; }
+
+static gboolean
+hl_eval_batch (void *self, PsmSplit split, int start, int B, PsmBatch *out, GError **error)
+{
+  Headline *t = self;
+  const Split *s = &t->split[split];
+  B = MIN (B, s->n - start);
+  int *idx = g_new (int, MAX (B, 1));
+  for (int i = 0; i < B; i++)
+    idx[i] = start + i;
+  fill_batch (t, s, idx, B, out);
+  g_free (idx);
+  return TRUE;
+}
+
+static const char *
+hl_token_text (void *self, const PsmBatch *b, int ex, int32_t id)
+{
+  Headline *t = self;
+  if (id >= 0 && id < t->Vt)
+    return psm_vocab_word (t->tv, id);
+  if (b->oov_words && id >= b->ext_base && id - b->ext_base < (int) b->oov_words->len)
+    return b->oov_words->pdata[id - b->ext_base];
+  return special[UNK];
+}
+
+static gboolean
+hl_save (void *self, const char *dir, GError **error)
+{
+  Headline *t = self;
+  char *sp = g_build_filename (dir, "src_vocab.txt", NULL), *tp = g_build_filename (dir, "tgt_vocab.txt", NULL);
+  gboolean ok = psm_vocab_save (t->sv, t->Vs, sp, error) && psm_vocab_save (t->tv, t->Vt, tp, error);
+  g_free (sp);
+  g_free (tp);
+  return ok;
+}
+
+/* Raw text to decode: PTB-like tokens, lower-cased, then styled as the
+ * training data (entity tags are not looked for). */
+static gboolean
+hl_text_batch (void *self, const char *const *texts, int n, PsmBatch *out, GError **error)
+{
+  Headline *t = self;
+  Pairs p = { g_ptr_array_new_with_free_func ((GDestroyNotify) g_ptr_array_unref),
+              g_ptr_array_new_with_free_func ((GDestroyNotify) g_ptr_array_unref) };
+  int mode = t->mode;
+  t->mode = P_NONE;
+  for (int i = 0; i < n; i++) {
+    char *tok = psm_tokenize_ptb (texts[i]);
+    GPtrArray *ws = tokens (t, tok, FALSE);
+    if (ws->len == 0)
+      g_ptr_array_add (ws, g_strdup (special[UNK]));   /* an empty line decodes from one <unk> */
+    g_ptr_array_add (p.src, ws);
+    g_ptr_array_add (p.tgt, g_ptr_array_new_with_free_func (g_free));
+    g_free (tok);
+  }
+  Split s = { 0 };
+  fill_split (t, &s, &p);
+  t->mode = mode;
+  int *idx = g_new (int, MAX (n, 1));
+  for (int i = 0; i < n; i++)
+    idx[i] = i;
+  fill_batch (t, &s, idx, n, out);
+  g_free (idx);
+  split_free (&s);
+  pairs_free (&p);
+  return TRUE;
+}
+
+static void
+hl_example_text (void *self, PsmSplit split, int i, const char **source, const char **reference)
+{
+  const Split *s = &((Headline *) self)->split[split];
+  gboolean have = s->src_text && i >= 0 && i < s->n;
+  *source = have ? s->src_text->pdata[i] : NULL;
+  *reference = have ? s->tgt_text->pdata[i] : NULL;
+}
+
+static const PsmTaskClass klass = {
+  sizeof (PsmTaskClass), hl_create, hl_destroy, hl_info, hl_train_batch, hl_n_examples, hl_eval_batch,
+  hl_token_text, hl_save, hl_text_batch, hl_example_text, NULL, NULL
+};
+
+PSM_PLUGIN (PSM_KIND_TASK, "headline",
+            "headline generation (Gulcehre et al. §5.2): article/title files or CNN/DM leads, UNK- or "
+            "entity-pointers, the large-vocabulary trick", params, NULL, &klass)
