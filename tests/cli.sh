@@ -366,6 +366,43 @@ expect 0 "plateau_factor: lr halved after a worse validation" "validation worse 
 if grep -q '"lr": 0.075' "$tmp/cp_pl/log.jsonl"; then ok "plateau_factor: the log records the halved rate"
 else cp "$tmp/cp_pl/log.jsonl" "$tmp/out"; bad "plateau_factor: the log records the halved rate"; fi
 
+# headline generation with the pointer softmax (Gulcehre et al. 5.2): every
+# name is seen once, so it is <unk> in both vocabularies; the UNK-pointers
+# teach the model to point at it, and decoding outputs the name itself
+hl_pairs () {   # hl_pairs FIRST LAST PREFIX: article and title files of names FIRST..LAST
+  for name in $(seq "$1" "$2"); do
+    case $((name % 3)) in
+    0) echo "police arrest x${name}q in paris .	police arrest x${name}q" ;;
+    1) echo "x${name}q wins the race on sunday .	x${name}q wins race" ;;
+    2) echo "the minister met x${name}q in rome .	minister meets x${name}q" ;;
+    esac
+  done > "$tmp/$3.tsv"
+  cut -f1 "$tmp/$3.tsv" > "$tmp/$3.article.txt"
+  cut -f2 "$tmp/$3.tsv" > "$tmp/$3.title.txt"
+}
+hl_pairs 0 59 hl_tr
+hl_pairs 100 105 hl_te
+cat > "$tmp/hl.cfg" <<CFG
+task = { plugin = "headline"; train = "$tmp/hl_tr.article.txt"; valid = "$tmp/hl_te.article.txt";
+         test = "$tmp/hl_te.article.txt"; min_count = 2; style = "none"; lvt = 8; };
+model = { embedding = { dim = 16; }; encoder = { plugin = "bigru"; hidden = 16; }; decoder = { plugin = "gru_attn"; hidden = 16; };
+          head = { plugin = "pointer_softmax"; hidden = 16; switch_hidden = 16; temperature = 1.0; }; };
+train = { batch = 10; steps = 300; eval_every = 300; log_every = 100; optimizer = { name = "adam"; lr = 0.01; }; };
+eval = { batch = 8; };
+decode = { beam = 2; min_len = 1; max_len = 6; };
+metrics = ( "rouge" );
+CFG
+expect 0 "headline: the pointer softmax trains on UNK-pointers (lvt 8)" "unk-pointers per 100 examples: train 100.0" -- \
+  "$run" "$tmp/hl.cfg" --set "run.dir=$tmp/hl_ps"
+copied=$(awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^x10[0-5]q$/) n++ } END { print n + 0 }' "$tmp/hl_ps/decode.test.txt")
+[ "$copied" -ge 5 ] && ok "headline: words outside both vocabularies reach the output ($copied of 6 test names)" \
+  || { cp "$tmp/hl_ps/decode.test.txt" "$tmp/out"; bad "headline: names reach the output ($copied of 6)"; }
+printf 'The minister met X999Q in Rome.\n' > "$tmp/hl_raw.txt"
+expect 0 "headline: raw text decodes with the name pointed at" "x999q" -- \
+  "$run" --mode decode --input "$tmp/hl_raw.txt" "$tmp/hl.cfg" --set "run.dir=$tmp/hl_ps"
+expect 0 "headline: the softmax model of the same data" "check: OK" -- \
+  "$run" --check "$tmp/hl.cfg" --set model.head.plugin=softmax
+
 # OMP_THREAD_LIMIT below the threads asked for: OpenBLAS's OpenMP build hung here
 expect 0 "OMP_THREAD_LIMIT below OMP_NUM_THREADS does not hang" "check: OK" -- \
   env OMP_NUM_THREADS=4 OMP_THREAD_LIMIT=2 timeout 300 "$run" --check "$tmp/tiny.cfg"

@@ -2,7 +2,8 @@
  * shortlists, every rule of the dictionary-pointer heuristic (copy, shared
  * words up to case and diacritics, lexicon, argmax, and <unk> without the
  * argmax rule), the batch a pair becomes, translation of pointed words,
- * the simple tokeniser, vocabulary save and reload, and bad input. */
+ * the simple tokeniser, raw input to translate, vocabulary save and reload,
+ * and bad input. */
 #include "config.h"
 #include <string.h>
 #include <glib/gstdio.h>
@@ -138,6 +139,20 @@ START_TEST (test_rules)
   ck_assert (k->eval_batch (t, PSM_SPLIT_TRAIN, 2, 2, &b, NULL));
   ck_assert_str_eq (text (k, t, &b, 0, PSM_AT (b.src_ext, &b, 1, 0)), "chien");
   ck_assert_str_eq (text (k, t, &b, 0, PSM_AT (b.src_ext, &b, 3, 0)), "Paris");   /* not in the lexicon */
+  k->destroy (t);
+  /* raw input to translate: lower-cased, punctuation apart; an empty line
+   * becomes one <unk> */
+  t = make_task (&k, "", NULL, &e);
+  const char *raw[2] = { "The Cat, here.", "  " };
+  ck_assert (k->text_batch (t, raw, 2, &b, &e));
+  ck_assert_int_eq (b.B, 2);
+  ck_assert_int_eq (b.T, 5);
+  static const char *const words[5] = { "the", "cat", ",", "here", "." };
+  for (int s = 0; s < 5; s++)
+    ck_assert_str_eq (text (k, t, &b, 0, PSM_AT (b.src_ext, &b, s, 0)), words[s]);
+  ck_assert_int_eq (PSM_AT (b.src, &b, 1, 0), 5);   /* cat: in the source shortlist */
+  ck_assert (PSM_AT (b.src_mask, &b, 0, 1) == 1.0f && PSM_AT (b.src_mask, &b, 1, 1) == 0.0f);
+  ck_assert_int_eq (PSM_AT (b.src, &b, 0, 1), 1);
   k->destroy (t);
   psm_batch_clear (&b);
 }

@@ -600,9 +600,44 @@ nmt_example_text (void *self, PsmSplit split, int i, const char **source, const 
   *reference = have ? s->tgt_text->pdata[i] : NULL;
 }
 
+/* Raw source sentences to translate (psm-run --input): the simple
+ * tokeniser (lower-case, punctuation apart) whatever tokenize says, as
+ * user input is raw text; cut at max_len. */
+static gboolean
+nmt_text_batch (void *self, const char *const *texts, int n, PsmBatch *out, GError **error)
+{
+  Nmt *t = self;
+  Pairs p = { g_ptr_array_new_with_free_func ((GDestroyNotify) g_strfreev),
+              g_ptr_array_new_with_free_func ((GDestroyNotify) g_strfreev) };
+  gboolean simple = t->simple;
+  t->simple = TRUE;
+  for (int i = 0; i < n; i++) {
+    char **tok = tokenize (t, texts[i]), **w = tok;
+    while (*w && !**w)
+      w++;
+    if (!*w) {   /* an empty line translates from one <unk> */
+      g_strfreev (tok);
+      tok = g_strsplit (special[UNK], " ", -1);
+    }
+    g_ptr_array_add (p.src, tok);
+    g_ptr_array_add (p.tgt, g_new0 (char *, 1));
+  }
+  t->simple = simple;
+  Split s = { 0 };
+  fill_split (t, &s, &p, FALSE);
+  int *idx = g_new (int, MAX (n, 1));
+  for (int i = 0; i < n; i++)
+    idx[i] = i;
+  fill_batch (t, &s, idx, n, out);
+  g_free (idx);
+  split_free (&s);
+  pairs_free (&p);
+  return TRUE;
+}
+
 static const PsmTaskClass klass = {
   sizeof (PsmTaskClass), nmt_create, nmt_destroy, nmt_info, nmt_train_batch, nmt_n_examples, nmt_eval_batch,
-  nmt_token_text, nmt_save, NULL, nmt_example_text, NULL, NULL
+  nmt_token_text, nmt_save, nmt_text_batch, nmt_example_text, NULL, NULL
 };
 
 PSM_PLUGIN (PSM_KIND_TASK, "nmt",
