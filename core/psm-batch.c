@@ -131,6 +131,14 @@ psm_batch_cand_index (const PsmBatch *b, int32_t id)
   return -1;
 }
 
+const char *
+psm_batch_oov_word (const PsmBatch *b, int32_t id)
+{
+  if (!b->oov_words || id < b->ext_base || id - b->ext_base >= (int) b->oov_words->len)
+    return NULL;
+  return b->oov_words->pdata[id - b->ext_base];
+}
+
 void
 psm_batch_set_candidates (PsmBatch *b, const int32_t *ids, int n)
 {

@@ -62,6 +62,9 @@ void psm_batch_clear (PsmBatch *b);   /* frees buffers */
  * vocabulary in this batch: its index in oov_words, added there the first
  * time the batch sees it. Set ext_base first. */
 int32_t psm_batch_oov_id (PsmBatch *b, const char *word);
+/* ABI 1.7: the word of extended id id (ext_base + i) in this batch, or
+ * NULL if id is not one of its per-batch ids. */
+const char *psm_batch_oov_word (const PsmBatch *b, int32_t id);
 /* ABI 1.7: copy n ascending shortlist ids into cand (n_cand = n). */
 void psm_batch_set_candidates (PsmBatch *b, const int32_t *ids, int n);
 /* ABI 1.7: the index of shortlist id among the batch's candidates, -1 if it

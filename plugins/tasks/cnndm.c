@@ -327,9 +327,8 @@ cn_token_text (void *self, const PsmBatch *b, int ex, int32_t id)
   Cnndm *t = self;
   if (id >= 0 && id < t->V)
     return psm_vocab_word (t->words, id);
-  if (b->oov_words && id >= b->ext_base && id - b->ext_base < (int) b->oov_words->len)
-    return b->oov_words->pdata[id - b->ext_base];
-  return special[UNK];
+  const char *w = psm_batch_oov_word (b, id);
+  return w ? w : special[UNK];
 }
 
 static gboolean

@@ -572,12 +572,9 @@ nmt_token_text (void *self, const PsmBatch *b, int ex, int32_t id)
   Nmt *t = self;
   if (id >= 0 && id < t->Vt)
     return psm_vocab_word (t->tv, id);
-  if (b->oov_words && id >= b->ext_base && id - b->ext_base < (int) b->oov_words->len) {
-    const char *w = b->oov_words->pdata[id - b->ext_base];
-    GPtrArray *tr = t->translate ? g_hash_table_lookup (t->dec_lex, w) : NULL;
-    return tr && tr->len ? tr->pdata[0] : w;
-  }
-  return special[UNK];
+  const char *w = psm_batch_oov_word (b, id);
+  GPtrArray *tr = w && t->translate ? g_hash_table_lookup (t->dec_lex, w) : NULL;
+  return tr && tr->len ? tr->pdata[0] : w ? w : special[UNK];
 }
 
 static gboolean
