@@ -35,8 +35,9 @@ G_BEGIN_DECLS
  * vocabularies for tasks); PsmMetricClass.multi_reference;
  * PSM_LOC_ARGMAX; psm_read_lines; PsmBatch.n_cand/cand (the
  * large-vocabulary trick), psm_batch_set_candidates, psm_batch_cand_index,
- * psm_batch_oov_id, psm_batch_oov_word, psm_gather_cols, psm_noisy_tanh; psm_read_text_pairs
- * and psm_tokenize_ptb (text pairs and raw text for seq2seq tasks). */
+ * psm_batch_oov_id, psm_batch_oov_word, psm_gather_cols, psm_noisy_tanh;
+ * psm_read_text_pairs and psm_tokenize_ptb (text pairs and raw text for
+ * seq2seq tasks). */
 #define PSM_ABI_MAJOR 1
 #define PSM_ABI_MINOR 7
 #define PSM_PLUGIN_ENTRY_SYMBOL "psm_plugin_entry"
