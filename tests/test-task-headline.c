@@ -136,8 +136,8 @@ START_TEST (test_unk_pointers)
 }
 END_TEST
 
-/* Training batches under lvt: ascending candidates holding the special
- * words, every target and every source word of the title vocabulary,
+/* Batches under lvt: ascending candidates holding the special words,
+ * every source word of the title vocabulary and in training every target,
  * filled up with the most frequent words to lvt. */
 START_TEST (test_lvt)
 {
@@ -168,9 +168,17 @@ START_TEST (test_lvt)
         ck_assert (psm_batch_cand_index (&b, PSM_AT (b.src_ext, &b, s, 0)) >= 0);
     ck_assert (psm_batch_cand_index (&b, 4) >= 0);   /* the most frequent title word */
   }
-  /* evaluation batches use the whole vocabulary */
-  ck_assert (k->eval_batch (t, PSM_SPLIT_VALID, 0, 2, &b, NULL));
-  ck_assert_int_eq (b.n_cand, 0);
+  /* evaluation batches: candidates without the reference's words, a title
+   * word outside them <unk> for the head (man sees city . -> man sees qux:
+   * <pad> <unk> <s> </s> police arrest man sees) */
+  ck_assert (k->eval_batch (t, PSM_SPLIT_VALID, 3, 1, &b, NULL));
+  static const int32_t want[8] = { 0, 1, 2, 3, 4, 5, 6, 10 };
+  ck_assert_int_eq (b.n_cand, 8);
+  for (int j = 0; j < 8; j++)
+    ck_assert_int_eq (b.cand[j], want[j]);
+  ck_assert_int_eq (PSM_AT (b.tgt, &b, 2, 0), 1);
+  ck_assert_str_eq (text (k, t, &b, 0, PSM_AT (b.tgt_ext, &b, 2, 0)), "qux");
+  ck_assert_int_eq (PSM_AT (b.tgt, &b, 1, 0), 10);   /* sees: in the source */
   k->destroy (t);
   psm_batch_clear (&b);
   g_free (files);

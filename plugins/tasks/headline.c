@@ -35,11 +35,14 @@
  *
  * Extended ids: a source word in the target vocabulary has its target id,
  * any other word a per-batch id (ext_base + i), so a pointed word reaches
- * the output as itself. lvt > 0 is the large-vocabulary trick for
- * training batches: the head's softmax is restricted to the special words,
- * the batch's source and target words in the target vocabulary, and the
- * most frequent target words up to lvt candidates in all (Jean et al.
- * 2015); evaluation and decoding use the whole target vocabulary. */
+ * the output as itself. lvt > 0 is the large-vocabulary trick (Jean et
+ * al. 2015): every batch restricts the head's softmax to the special
+ * words, the batch's source words in the target vocabulary (in training
+ * its target words too) and the most frequent target words, lvt
+ * candidates in all. Evaluation and decoding use the same candidates
+ * without the reference's words (a title word outside them is <unk> for
+ * the validation NLL); a model trained on candidates puts mass on the
+ * words they rarely hold when scored over the whole vocabulary. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -457,11 +460,13 @@ hl_info (void *self, PsmTaskInfo *info)
   info->unk_id = UNK;
 }
 
-/* The large-vocabulary candidates of a training batch: special words, the
- * batch's words in the target vocabulary, then the most frequent (lowest
- * ids) up to lvt. */
+/* The large-vocabulary candidates of a batch: special words, the batch's
+ * source words in the target vocabulary, in training its target words too,
+ * then the most frequent (lowest ids) up to lvt. Outside training a target
+ * word that is not a candidate is <unk> for the head (its tgt_ext stays
+ * the word): the candidates must not depend on the reference. */
 static void
-candidates (Headline *t, PsmBatch *b)
+candidates (Headline *t, PsmBatch *b, gboolean train)
 {
   if (t->lvt <= 0 || t->lvt >= t->Vt)
     return;
@@ -472,7 +477,7 @@ candidates (Headline *t, PsmBatch *b)
   for (size_t k = 0; k < (size_t) b->T * b->B; k++)
     if (b->src_mask[k] != 0.0f && b->src_ext[k] < t->Vt)
       t->mark[b->src_ext[k]] = 1;
-  for (size_t k = 0; k < (size_t) b->Ty * b->B; k++)
+  for (size_t k = 0; train && k < (size_t) b->Ty * b->B; k++)
     if (b->tgt_mask[k] != 0.0f)
       t->mark[b->tgt[k]] = 1;
   for (int v = 0; v < t->Vt; v++)
@@ -482,6 +487,9 @@ candidates (Headline *t, PsmBatch *b)
       t->mark[v] = 1;
       n++;
     }
+  for (size_t k = 0; !train && k < (size_t) b->Ty * b->B; k++)
+    if (b->tgt_mask[k] != 0.0f && !t->mark[b->tgt[k]])
+      b->tgt[k] = UNK;
   n = 0;
   for (int v = 0; v < t->Vt; v++)
     if (t->mark[v])
@@ -532,7 +540,7 @@ hl_train_batch (void *self, int B, PsmRng *rng, PsmBatch *out, GError **error)
   for (int i = 0; i < B; i++)
     idx[i] = (int) psm_rng_below (rng, (guint32) t->split[0].n);
   fill_batch (t, &t->split[0], idx, B, out);
-  candidates (t, out);
+  candidates (t, out, TRUE);
   g_free (idx);
   return TRUE;
 }
@@ -549,6 +557,7 @@ hl_eval_batch (void *self, PsmSplit split, int start, int B, PsmBatch *out, GErr
   for (int i = 0; i < B; i++)
     idx[i] = start + i;
   fill_batch (t, s, idx, B, out);
+  candidates (t, out, FALSE);
   g_free (idx);
   return TRUE;
 }
@@ -600,6 +609,7 @@ hl_text_batch (void *self, const char *const *texts, int n, PsmBatch *out, GErro
   for (int i = 0; i < n; i++)
     idx[i] = i;
   fill_batch (t, &s, idx, n, out);
+  candidates (t, out, FALSE);
   g_free (idx);
   split_free (&s);
   pairs_free (&p);
