@@ -262,6 +262,11 @@ psm_read_text_pairs (const char *path, const char *path2, const char *const keys
     g_ptr_array_add (fa, g_strdup (a->str));
     g_ptr_array_add (fb, g_strdup (s->str));
   }
+  if (ok && path2 && (max <= 0 || (long) fa->len < max) && getline (&tline, &tcap, ft) >= 0) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: has more lines than %s (%ld)", path2, path,
+                 lineno);
+    ok = FALSE;
+  }
   if (ok && ferror (f)) {
     g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: read error: %s", path, g_strerror (errno));
     ok = FALSE;

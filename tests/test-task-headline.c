@@ -269,6 +269,13 @@ START_TEST (test_input)
   ck_assert_msg (strstr (e->message, "sh.title.txt: has fewer lines than "), "%s", e->message);
   g_clear_error (&e);
   g_free (files);
+  /* a title file longer than its article file */
+  g_free (write_file ("sh.title.txt", "a\nb\nc\n"));
+  files = split_files ("sh.article.txt");
+  ck_assert (!make_task (&k, files, "", NULL, &e));
+  ck_assert_msg (strstr (e->message, "sh.title.txt: has more lines than "), "%s", e->message);
+  g_clear_error (&e);
+  g_free (files);
   /* no title word common enough */
   g_free (write_file ("sh.title.txt", "a\nb\n"));
   files = split_files ("sh.article.txt");

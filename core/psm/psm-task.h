@@ -72,7 +72,7 @@ char **psm_read_lines (const char *path, const char *what, GError **error);
  * record (invalid JSON, a field missing or not a string, an empty text) is
  * skipped and counted on stderr as "who: path: skipped N bad records
  * (lines ...; first: why)" unless quiet; no valid pair, an unreadable file
- * or a second file shorter than the first is an error naming the file. */
+ * or files of different lengths is an error naming the file. */
 gboolean psm_read_text_pairs (const char *path, const char *path2, const char *const keys[2], long max,
                               gboolean quiet, const char *who, GPtrArray **first, GPtrArray **second,
                               GError **error);
