@@ -47,6 +47,8 @@ const PsmOpInfo psm_op_table[PSM_OP_COUNT] = {
   [PSM_OP_CONCAT_STEPS] = { "concat_steps", psm_concat_steps_backward },
   [PSM_OP_GATHER_COLS] = { "gather_cols", psm_gather_cols_backward },
   [PSM_OP_NOISY_TANH] = { "noisy_tanh", psm_noisy_tanh_backward },
+  [PSM_OP_LOGSUMEXP] = { "logsumexp", psm_logsumexp_backward },
+  [PSM_OP_DOT_SCORES] = { "dot_scores", psm_dot_scores_backward },
 };
 
 /* tests/test-graph.c checks that every row has a name and a backward, so an

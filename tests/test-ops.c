@@ -994,6 +994,82 @@ START_TEST (test_dropout)
 }
 END_TEST
 
+/* psm_logsumexp, masked and not: the value against a direct sum, a row with
+ * nothing kept, and the gradient (ABI 1.8). */
+static float lse_mask[3 * 5];
+
+static PsmTensor *
+f_lse (PsmGraph *g, void *ud)
+{
+  Case *c = ud;
+  return psm_test_project (g, psm_logsumexp (g, in (g, c, 0), c->which ? lse_mask : NULL));
+}
+
+START_TEST (test_logsumexp)
+{
+  enum { R = 3, C = 5 };
+  Case c = { 0 };
+  PsmRng rng;
+  psm_rng_seed (&rng, 43);
+  alloc_in (&c, 0, 2, R, C, 0, &rng, 3.0f);
+  for (int i = 0; i < R * C; i++)
+    lse_mask[i] = i % C != 1 && i / C != 2;   /* row 2: nothing kept */
+  PsmGraph *g = psm_graph_new ();
+  PsmTensor *y = psm_logsumexp (g, in (g, &c, 0), NULL), *ym = psm_logsumexp (g, in (g, &c, 0), lse_mask);
+  for (int r = 0; r < R; r++) {
+    double s = 0.0, sm = 0.0;
+    for (int j = 0; j < C; j++) {
+      s += exp (c.x[0][r * C + j]);
+      sm += lse_mask[r * C + j] * exp (c.x[0][r * C + j]);
+    }
+    ck_assert_msg (fabs (y->data[r] - log (s)) < 1e-5, "logsumexp row %d", r);
+    if (r < 2)
+      ck_assert_msg (fabs (ym->data[r] - log (sm)) < 1e-5, "masked logsumexp row %d", r);
+    else
+      ck_assert (ym->data[r] == -1e30f);
+  }
+  psm_graph_free (g);
+  check_all ("logsumexp", f_lse, &c, 1, 1e-3f);
+  lse_mask[2 * C + 3] = 1.0f;   /* -1e30 would swamp the finite differences */
+  c.which = 1;
+  check_all ("logsumexp (masked)", f_lse, &c, 1, 1e-3f);
+  free_case (&c);
+}
+END_TEST
+
+/* psm_dot_scores: rows of two steps over Bi examples against a direct dot
+ * product, and the gradient in keys and queries (ABI 1.8). */
+static PsmTensor *
+f_dot_scores (PsmGraph *g, void *ud)
+{
+  Case *c = ud;
+  return psm_test_project (g, psm_dot_scores (g, in (g, c, 0), in (g, c, 1)));
+}
+
+START_TEST (test_dot_scores)
+{
+  enum { T = 4, Bi = 3, H = 5, R = 6 };
+  Case c = { 0 };
+  PsmRng rng;
+  psm_rng_seed (&rng, 47);
+  alloc_in (&c, 0, 3, T, Bi, H, &rng, 1.0f);
+  alloc_in (&c, 1, 2, R, H, 0, &rng, 1.0f);
+  PsmGraph *g = psm_graph_new ();
+  PsmTensor *y = psm_dot_scores (g, in (g, &c, 0), in (g, &c, 1));
+  ck_assert (psm_tensor_rows (y) == R && psm_tensor_cols (y) == T);
+  for (int r = 0; r < R; r++)
+    for (int i = 0; i < T; i++) {
+      double s = 0.0;
+      for (int j = 0; j < H; j++)
+        s += (double) c.x[1][r * H + j] * c.x[0][(i * Bi + r % Bi) * H + j];
+      ck_assert_msg (fabs (y->data[r * T + i] - s) < 1e-5, "dot_scores [%d, %d]", r, i);
+    }
+  psm_graph_free (g);
+  check_all ("dot_scores", f_dot_scores, &c, 2, 1e-3f);
+  free_case (&c);
+}
+END_TEST
+
 /* psm_noisy_tanh: without the training rng alpha h + (1 - alpha) x; with it
  * the formula of Gulcehre et al. 2016 for the drawn xi; the gradient in x
  * and p checked with the same noise at every evaluation (inputs kept away
@@ -1452,6 +1528,8 @@ main (int argc, char **argv)
   tcase_add_test (tc, test_lstm_zoneout);
   tcase_add_test (tc, test_dropout);
   tcase_add_test (tc, test_noisy_tanh);
+  tcase_add_test (tc, test_logsumexp);
+  tcase_add_test (tc, test_dot_scores);
   tcase_add_test (tc, test_gather_cols);
   tcase_add_test (tc, test_additive_attention);
   tcase_add_test (tc, test_additive_attention_beams);

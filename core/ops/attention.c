@@ -378,3 +378,57 @@ psm_defer_values_backward (PsmNode *nd)
   free (C);
   g_array_set_size (d->steps, 0);
 }
+
+/* ---- dot-product scores against the annotations (ABI 1.8) ----
+ *   y[r, i] = q[r] . keys[i, r % Bi]        (keys [T, Bi, H], q [R, H])
+ *   dq[r] += sum_i dy[r, i] keys[i, b]    dkeys[i, b] += sum_(r % Bi = b) dy[r, i] q[r] */
+PsmTensor *
+psm_dot_scores (PsmGraph *g, PsmTensor *keys, PsmTensor *q)
+{
+  g_return_val_if_fail (keys->ndim == 3 && psm_tensor_cols (q) == keys->shape[2], NULL);
+  int T = keys->shape[0], Bi = keys->shape[1], H = keys->shape[2], R = psm_tensor_rows (q);
+  g_return_val_if_fail (R % Bi == 0, NULL);
+  PsmTensor *in[2] = { keys, q };
+  int shape[2] = { R, T };
+  PsmTensor *y = psm_op_out (g, 2, shape, 2, in);
+  for (int r = 0; r < R; r++) {
+    const float *qr = q->data + (size_t) r * H;
+    for (int i = 0; i < T; i++) {
+      const float *k = keys->data + ((size_t) i * Bi + r % Bi) * H;
+      float s = 0.0f;
+#pragma omp simd reduction (+:s)
+      for (int j = 0; j < H; j++)
+        s += qr[j] * k[j];
+      y->data[(size_t) r * T + i] = s;
+    }
+  }
+  psm_graph_record (g, PSM_OP_DOT_SCORES, y, 2, in);
+  return y;
+}
+
+void
+psm_dot_scores_backward (PsmNode *n)
+{
+  PsmTensor *keys = n->in[0], *q = n->in[1], *y = n->out;
+  int T = keys->shape[0], Bi = keys->shape[1], H = keys->shape[2], R = psm_tensor_rows (q);
+  for (int r = 0; r < R; r++) {
+    const float *qr = q->data + (size_t) r * H;
+    for (int i = 0; i < T; i++) {
+      float d = y->grad[(size_t) r * T + i];
+      if (d == 0.0f)
+        continue;
+      size_t kb = ((size_t) i * Bi + r % Bi) * H;
+      if (q->grad) {
+        float *dq = q->grad + (size_t) r * H;
+        const float *k = keys->data + kb;
+        for (int j = 0; j < H; j++)
+          dq[j] += d * k[j];
+      }
+      if (keys->grad) {
+        float *dk = keys->grad + kb;
+        for (int j = 0; j < H; j++)
+          dk[j] += d * qr[j];
+      }
+    }
+  }
+}

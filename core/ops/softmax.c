@@ -111,3 +111,52 @@ psm_log_softmax_backward (PsmNode *n)
         dx[j] += dy[j] - expf (yr[j]) * (float) s;
   }
 }
+
+/* ---- logsumexp over the last dim (ABI 1.8) ----
+ *   y[r] = log sum_{j kept} e^{x[r, j]}      (-1e30 when nothing is kept)
+ *   dx[r, j] += dy[r] e^{x[r, j] - y[r]}     (kept j) */
+PsmTensor *
+psm_logsumexp (PsmGraph *g, PsmTensor *x, const float *mask)
+{
+  PsmTensor *in[1] = { x };
+  int R = psm_tensor_rows (x), C = psm_tensor_cols (x), shape[2] = { R, 1 };
+  PsmTensor *y = psm_op_out (g, 2, shape, 1, in);
+  for (int r = 0; r < R; r++) {
+    const float *xr = x->data + (size_t) r * C, *mr = mask ? mask + (size_t) r * C : NULL;
+    float m = -INFINITY;
+    for (int j = 0; j < C; j++)
+      if ((!mr || mr[j] != 0.0f) && xr[j] > m)
+        m = xr[j];
+    if (m == -INFINITY) {
+      y->data[r] = -1e30f;
+      continue;
+    }
+    double s = 0.0;
+    for (int j = 0; j < C; j++)
+      if (!mr || mr[j] != 0.0f)
+        s += exp ((double) xr[j] - m);
+    y->data[r] = (float) (m + log (s));
+  }
+  PsmNode *n = psm_graph_record (g, PSM_OP_LOGSUMEXP, y, 1, in);
+  if (n && mask)
+    n->aux[0] = psm_graph_dup (g, mask, x->n * sizeof (float));
+  return y;
+}
+
+void
+psm_logsumexp_backward (PsmNode *n)
+{
+  PsmTensor *x = n->in[0], *y = n->out;
+  const float *mask = n->aux[0];
+  int R = psm_tensor_rows (x), C = psm_tensor_cols (x);
+  for (int r = 0; r < R; r++) {
+    if (y->data[r] <= -1e30f)
+      continue;
+    const float *xr = x->data + (size_t) r * C, *mr = mask ? mask + (size_t) r * C : NULL;
+    float *dx = x->grad + (size_t) r * C;
+    double dy = y->grad[r], l = y->data[r];
+    for (int j = 0; j < C; j++)
+      if (!mr || mr[j] != 0.0f)
+        dx[j] += (float) (dy * exp ((double) xr[j] - l));
+  }
+}

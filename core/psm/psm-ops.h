@@ -32,6 +32,9 @@ PsmTensor *psm_log_softmax (PsmGraph *g, PsmTensor *x);
  * A row with nothing kept yields all zeros. */
 PsmTensor *psm_masked_softmax (PsmGraph *g, PsmTensor *x, const float *mask);
 PsmTensor *psm_masked_log_softmax (PsmGraph *g, PsmTensor *x, const float *mask);
+/* ABI 1.8: y [R, 1] = log sum_j e^(x[r, j]) over the kept entries (mask
+ * as above, or NULL); -1e30 for a row with nothing kept. */
+PsmTensor *psm_logsumexp (PsmGraph *g, PsmTensor *x, const float *mask);
 
 /* --- gather / layout (core/ops/gather.c) --- */
 /* out[i] = table[ids[i]], out [n, E]; backward scatter-adds into table. */
@@ -149,6 +152,10 @@ PsmTensor *psm_sentinel_nll (PsmGraph *g, PsmTensor *scores, PsmTensor *lgen, co
 /* --- attention (core/ops/attention.c) --- */
 /* ctx[b] = sum_t a[b, t] v[t, b, :]; a [B, T], v [T, B, H] -> [B, H]. */
 PsmTensor *psm_attend (PsmGraph *g, PsmTensor *a, PsmTensor *v);
+/* ABI 1.8: y [R, T], y[r, i] = q[r] . keys[i, r % Bi]; keys [T, Bi, H]
+ * (time-major annotations), q [R, H] (rows of several steps, R a multiple
+ * of Bi): bilinear scores of every source position, e.g. a copy head's. */
+PsmTensor *psm_dot_scores (PsmGraph *g, PsmTensor *keys, PsmTensor *q);
 /* Fused additive attention with optional coverage, one pass over the
  * annotations forward and one backward (equations in core/ops/attention.c):
  *   e[b, i] = v . tanh(keys[i, b] + query[b] + w_c cov[b, i]),
