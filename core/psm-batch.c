@@ -36,6 +36,7 @@ psm_batch_reserve (PsmBatch *b, int B, int T, int Ty)
     GROW (src, ns);
     GROW (src_ext, ns);
     GROW (src_mask, ns);
+    GROW (src_seg, ns);
     GROW (dec_in, nt);
     GROW (tgt, nt);
     GROW (tgt_ext, nt);
@@ -56,6 +57,7 @@ psm_batch_reserve (PsmBatch *b, int B, int T, int Ty)
   memset (b->src, 0, ns * sizeof *b->src);
   memset (b->src_ext, 0, ns * sizeof *b->src_ext);
   memset (b->src_mask, 0, ns * sizeof *b->src_mask);
+  memset (b->src_seg, 0, ns * sizeof *b->src_seg);
   memset (b->dec_in, 0, nt * sizeof *b->dec_in);
   memset (b->tgt, 0, nt * sizeof *b->tgt);
   memset (b->tgt_ext, 0, nt * sizeof *b->tgt_ext);
@@ -81,6 +83,7 @@ psm_batch_clear (PsmBatch *b)
   g_free (b->src);
   g_free (b->src_ext);
   g_free (b->src_mask);
+  g_free (b->src_seg);
   g_free (b->dec_in);
   g_free (b->tgt);
   g_free (b->tgt_ext);
@@ -219,6 +222,10 @@ psm_batch_validate (const PsmBatch *b, const PsmTaskInfo *info, int max_B, const
       if (b->src_ext[k] < 0 || b->src_ext[k] >= ext_end)
         BAD ("src_ext[step %d, example %d] = %d is outside the extended vocabulary [0, %ld)", t, i,
              b->src_ext[k], ext_end);
+      if (b->src_seg[k] < 0 || b->src_seg[k] >= PSM_MAX_SENTENCES ||
+          (t > 0 && b->src_mask[k] != 0.0f && b->src_seg[k] < b->src_seg[k - b->B]))
+        BAD ("src_seg[step %d, example %d] = %d: sentence numbers run from 0 to %d and never decrease", t, i,
+             b->src_seg[k], PSM_MAX_SENTENCES - 1);
     }
   if (b->n_cand < 0 || b->n_cand > info->tgt_vocab)
     BAD ("n_cand %d outside [0, tgt_vocab %d]", b->n_cand, info->tgt_vocab);

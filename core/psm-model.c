@@ -424,6 +424,7 @@ encode (PsmModel *m, PsmGraph *g, const PsmBatch *b, PsmEncoding *enc)
   enc->B = b->B;
   enc->mask = b->src_mask;
   enc->src = b->src;
+  enc->seg = b->src_seg;
   enc->carry_at = b->advance > 0 && b->advance < b->T ? b->advance : 0;
   float *carry = NULL;
   if (m->streams && m->carry_k) {
@@ -542,14 +543,27 @@ stack_step (PsmGraph *g, PsmTensor **seq, int Ty, int t, PsmTensor *x)
   psm_set_step (g, *seq, t, x);
 }
 
-/* Teacher forcing: the decoder over the Ty steps of b, inputs b->dec_in;
- * step outputs stacked time-major for the head. */
+typedef PsmTensor *(*InputEmbedFn) (void *, PsmGraph *, PsmParams *, const PsmEncoding *, const PsmBatch *,
+                                    const int32_t *, const int32_t *, int, PsmTensor *);
+
+/* Teacher forcing: the decoder over the Ty steps of b, inputs b->dec_in
+ * (through the head's input_embed, if it has one: the previous targets'
+ * tgt_ext); step outputs stacked time-major for the head. */
 static void
 decode_forced (PsmModel *m, PsmGraph *g, const PsmBatch *b, const PsmEncoding *enc, PsmDecOut *out)
 {
   PsmTensor *table = psm_param (g, m->params, m->tgt_emb_id);
-  int E = psm_tensor_cols (table);
-  PsmTensor *x = psm_embedding (g, table, b->dec_in, b->Ty * b->B);
+  int E = psm_tensor_cols (table), n = b->Ty * b->B;
+  PsmTensor *x = psm_embedding (g, table, b->dec_in, n);
+  InputEmbedFn input_embed = PSM_CLASS_HOOK (m->hk, input_embed);
+  if (input_embed) {
+    int32_t *words = psm_graph_alloc (g, 2 * (size_t) n * sizeof (int32_t)), *rows = words + n;
+    for (int r = 0; r < n; r++) {
+      rows[r] = r % b->B;
+      words[r] = r < b->B || b->tgt_mask[r - b->B] == 0.0f ? b->dec_in[r] : b->tgt_ext[r - b->B];
+    }
+    x = input_embed (m->head, g, m->params, enc, b, words, rows, n, x);
+  }
   int shape[3] = { b->Ty, b->B, E };
   x = psm_tensor_reshape (g, x, 3, shape);
   memset (out, 0, sizeof *out);
@@ -666,6 +680,15 @@ dec_step (void *ud, int n, const int32_t *parents, const int32_t *tokens, int *S
     ids[r] = w >= 0 && w < m->info.tgt_vocab ? w : m->info.unk_id >= 0 ? m->info.unk_id : m->info.bos_id;
   }
   PsmTensor *x = psm_embedding (g, psm_param (g, m->params, m->tgt_emb_id), ids, n);
+  InputEmbedFn input_embed = PSM_CLASS_HOOK (m->hk, input_embed);
+  if (input_embed) {
+    int32_t *words = psm_graph_alloc (g, 2 * (size_t) n * sizeof (int32_t)), *rows = words + n;
+    for (int r = 0; r < n; r++) {
+      rows[r] = r;
+      words[r] = tokens[r] < 0 ? m->info.bos_id : dec_word (d, r, tokens[r]);
+    }
+    x = input_embed (m->head, g, m->params, &d->ex, &d->bx, words, rows, n, x);
+  }
   PsmDecStep st = { 0 };
   m->dk->step (m->dec, g, m->params, &d->ex, carry, x, &st);
   if (psm_tensor_cols (st.carry) != d->carry_k || psm_tensor_rows (st.carry) != n) {
@@ -768,6 +791,7 @@ decode_batch (PsmModel *m, const PsmBatch *b, Dec *d, PsmHyp *hyps, GError **err
   }
   ex->mask = repeat_array (g, b->src_mask, sizeof (float), T, B, K);
   ex->src = repeat_array (g, b->src, sizeof (int32_t), T, B, K);
+  ex->seg = repeat_array (g, b->src_seg, sizeof (int32_t), T, B, K);
   PsmBatch *bx = &d->bx;
   memset (bx, 0, sizeof *bx);
   bx->size = sizeof *bx;
@@ -777,6 +801,7 @@ decode_batch (PsmModel *m, const PsmBatch *b, Dec *d, PsmHyp *hyps, GError **err
   bx->src = (int32_t *) ex->src;
   bx->src_ext = repeat_array (g, b->src_ext, sizeof (int32_t), T, B, K);
   bx->src_mask = (float *) ex->mask;
+  bx->src_seg = (int32_t *) ex->seg;
   bx->ext_base = b->ext_base;
   bx->oov_words = b->oov_words;
   bx->n_cand = b->n_cand;   /* the candidates are the batch's, not per row */
@@ -925,7 +950,29 @@ eval_sequences (PsmModel *m, PsmSplit split, const PsmBatch *b, const PsmEvalOpt
           g_string_append_printf (line, j ? ", %d" : "%d", tp[j]);
         g_string_append_c (line, ']');
       }
-      g_string_append (line, "]}");
+      g_string_append (line, "]");
+      PsmTensor *imp = d.ex.importance;
+      if (imp && imp->ndim == 3 && imp->shape[0] == b->T && imp->shape[1] == b->B) {
+        /* the encoder's per-token weights, each the mean over its units */
+        int D = imp->shape[2];
+        g_string_append (line, ", \"source\": [");
+        for (int t = 0, k = 0; t < b->T; t++)
+          if (PSM_AT (b->src_mask, b, t, bi) != 0.0f) {
+            g_string_append (line, k++ ? ", " : "");
+            json_string (line, m->tk->token_text (m->task, b, bi, PSM_AT (b->src_ext, b, t, bi)));
+          }
+        g_string_append (line, "], \"importance\": [");
+        for (int t = 0, k = 0; t < b->T; t++)
+          if (PSM_AT (b->src_mask, b, t, bi) != 0.0f) {
+            const float *v = imp->data + ((size_t) t * b->B + bi) * D;
+            double s = 0.0;
+            for (int j = 0; j < D; j++)
+              s += v[j];
+            g_string_append_printf (line, "%s%.4g", k++ ? ", " : "", s / D);
+          }
+        g_string_append (line, "]");
+      }
+      g_string_append (line, "}");
       fprintf (opt->json, "%s\n", line->str);
     }
   }

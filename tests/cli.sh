@@ -32,7 +32,7 @@ metrics = ( "error_rate" );
 CFG
 
 expect 0 "--help" "--resume" -- "$run" --help
-expect 0 "--version" "plugin ABI 1.7" -- "$run" --version
+expect 0 "--version" "plugin ABI 1.8" -- "$run" --version
 expect 0 "--list shows plugins and their parameters" "temperature" -- "$run" --list
 grep -q "rarest_word" "$tmp/out" && grep -q "train.optimizer" "$tmp/out" && ok "--list shows tasks and core sections" || bad "--list shows tasks and core sections"
 missing=""

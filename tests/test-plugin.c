@@ -50,7 +50,7 @@ END_TEST
 
 START_TEST (test_wrong_abi)
 {
-  expect_error ("psm-metric-badabi.so", PSM_PLUGIN_ERROR_ABI, "plugin ABI 99.0 is incompatible with this psm's ABI 1.7");
+  expect_error ("psm-metric-badabi.so", PSM_PLUGIN_ERROR_ABI, "plugin ABI 99.0 is incompatible with this psm's ABI 1.8");
 }
 END_TEST
 

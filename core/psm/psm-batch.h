@@ -53,7 +53,14 @@ typedef struct {
   int cap_cand;
   /* core-private: word -> index in oov_words (psm_batch_oov_id) */
   GHashTable *oov_index;
+  /* ABI 1.8, [T, B]: the sentence of each source token, counted from 0 and
+   * never decreasing along an example's tokens (Zeng et al. §3.1.3: the
+   * read-again encoders read each sentence from a fresh state);
+   * psm_batch_reserve sets 0 (one sentence). At most PSM_MAX_SENTENCES. */
+  int32_t *src_seg;
 } PsmBatch;
+
+#define PSM_MAX_SENTENCES 16
 
 void psm_batch_init (PsmBatch *b);
 void psm_batch_reserve (PsmBatch *b, int B, int T, int Ty);  /* sets B, T, Ty; zeroes */

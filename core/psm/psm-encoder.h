@@ -27,6 +27,14 @@ typedef struct {
    * or, with 0, after all T. An encoder that has carry_dim must honour it:
    * the core refuses overlapping segments with one built for ABI < 1.7. */
   int carry_at;
+  /* ABI 1.8: the sentence of each source token [T, B] (PsmBatch.src_seg;
+   * all 0 for a single sentence). */
+  const int32_t *seg;
+  /* ABI 1.8, optional, set by the encoder: a weight per source token and
+   * unit [T, B, D] (D may be 1) for inspection, e.g. the read-again
+   * importance weights alpha_i (Zeng et al. §3.1); the decoder's JSON
+   * output lists its mean over D per token. NULL: none. */
+  PsmTensor *importance;
 } PsmEncoding;
 
 typedef struct {

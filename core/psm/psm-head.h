@@ -46,8 +46,9 @@ typedef struct {
                         const PsmDecOut *out, const PsmBatch *batch);
   /* Word id (extended space) that slot of example b stands for. */
   int32_t (*slot_token) (void *self, const PsmBatch *batch, int b, int slot);
-  /* Optional (Zeng et al.): embedding [n, E] of the decoder input for tokens
-   * the head copied (slots[i] of example rows[i]), or NULL to use the table. */
+  /* Never called (superseded by input_embed, ABI 1.8: a hook in terms of
+   * output slots cannot serve teacher-forced training, whose inputs are
+   * words). Leave it NULL. */
   PsmTensor *(*input_embedding) (void *self, PsmGraph *g, PsmParams *p,
                                  const PsmEncoding *enc, const PsmBatch *batch,
                                  const int32_t *rows, const int32_t *slots, int n);
@@ -67,6 +68,19 @@ typedef struct {
    * --out). Rows with tgt_mask 0 are left as they are. */
   void (*token_logp) (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const PsmDecOut *out,
                       const PsmBatch *batch, float *logp, float *gate);
+  /* ABI 1.8, optional (Zeng et al. eq. 15): the decoder's input embeddings
+   * [n, E] for the previous output words[i] (extended ids; the begin word
+   * at the first step) of example rows[i] of enc and batch, given x [n, E]:
+   * their rows of the target embedding table (unk for a word outside the
+   * shortlist). Return x, or a tensor with rows of it replaced (e.g. a
+   * copied word's embedding derived from its source annotation). The core
+   * calls it in teacher-forced training (all Ty B inputs at once, words =
+   * the previous targets' tgt_ext) and at every decoding step (one row a
+   * hypothesis, words = what each one emitted), so the decoder cell never
+   * knows which head it feeds. */
+  PsmTensor *(*input_embed) (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc,
+                             const PsmBatch *batch, const int32_t *words, const int32_t *rows, int n,
+                             PsmTensor *x);
 } PsmHeadClass;
 
 G_END_DECLS

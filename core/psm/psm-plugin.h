@@ -37,9 +37,14 @@ G_BEGIN_DECLS
  * large-vocabulary trick), psm_batch_set_candidates, psm_batch_cand_index,
  * psm_batch_oov_id, psm_batch_oov_word, psm_gather_cols, psm_noisy_tanh;
  * psm_read_text_pairs and psm_tokenize_ptb (text pairs and raw text for
- * seq2seq tasks). */
+ * seq2seq tasks). 1.8: read-again and copy (Zeng et al.) —
+ * PsmHeadClass.input_embed (the decoder's input embedding from the head,
+ * in training and decoding; the 1.0 slot input_embedding, never called,
+ * stays), PsmBatch.src_seg and PsmEncoding.seg (sentences of the source),
+ * PsmEncoding.importance (per-token weights for the JSON output),
+ * psm_logsumexp, psm_dot_scores. */
 #define PSM_ABI_MAJOR 1
-#define PSM_ABI_MINOR 7
+#define PSM_ABI_MINOR 8
 #define PSM_PLUGIN_ENTRY_SYMBOL "psm_plugin_entry"
 
 typedef enum {

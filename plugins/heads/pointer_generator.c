@@ -131,7 +131,7 @@ pg_gate (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const Ps
 }
 
 static const PsmHeadClass klass = {
-  sizeof (PsmHeadClass), pg_create, pg_destroy, pg_loss, pg_space, pg_scores, pg_slot_token, NULL, pg_gate, NULL, NULL
+  sizeof (PsmHeadClass), pg_create, pg_destroy, pg_loss, pg_space, pg_scores, pg_slot_token, NULL, pg_gate, NULL, NULL, NULL
 };
 
 PSM_PLUGIN (PSM_KIND_HEAD, "pointer_generator",

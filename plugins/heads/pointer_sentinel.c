@@ -178,7 +178,7 @@ static int32_t ps_slot_token (void *self, const PsmBatch *batch, int b, int slot
 
 static const PsmHeadClass klass = {
   sizeof (PsmHeadClass), ps_create, ps_destroy, ps_loss, ps_space, ps_scores, ps_slot_token, NULL, NULL,
-  ps_history, ps_token_logp
+  ps_history, ps_token_logp, NULL
 };
 
 PSM_PLUGIN (PSM_KIND_HEAD, "pointer_sentinel",

@@ -417,7 +417,7 @@ ps_gate (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const Ps
 }
 
 static const PsmHeadClass klass = {
-  sizeof (PsmHeadClass), ps_create, ps_destroy, ps_loss, ps_space, ps_scores, ps_slot_token, NULL, ps_gate, NULL, NULL
+  sizeof (PsmHeadClass), ps_create, ps_destroy, ps_loss, ps_space, ps_scores, ps_slot_token, NULL, ps_gate, NULL, NULL, NULL
 };
 
 PSM_PLUGIN (PSM_KIND_HEAD, "pointer_softmax",

@@ -135,7 +135,7 @@ sm_token_logp (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, co
 
 static const PsmHeadClass klass = {
   sizeof (PsmHeadClass), sm_create, sm_destroy, sm_loss, sm_space, sm_scores, sm_slot_token, NULL, NULL, NULL,
-  sm_token_logp
+  sm_token_logp, NULL
 };
 
 PSM_PLUGIN (PSM_KIND_HEAD, "softmax", "softmax over the shortlist vocabulary (the baseline)", params, NULL, &klass)
