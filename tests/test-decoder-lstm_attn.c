@@ -61,14 +61,12 @@ f_loss (PsmGraph *g, void *ud)
 }
 
 static void
-setup (Fix *f, gboolean coverage)
+setup_cfg (Fix *f, const char *cfg, gboolean coverage)
 {
   const PsmPluginDesc *d = psm_test_plugin (PSM_KIND_DECODER, "lstm_attn");
   f->dk = d->klass;
   char *errs = NULL;
-  const PsmSection *sec = psm_test_section (coverage ? "plugin = \"lstm_attn\"; attn_dim = 3; coverage = true;"
-                                                     : "plugin = \"lstm_attn\"; attn_dim = 3;",
-                                            "model.decoder", d->params, &errs);
+  const PsmSection *sec = psm_test_section (cfg, "model.decoder", d->params, &errs);
   ck_assert_msg (sec, "%s", errs);
   f->params = psm_params_new ();
   PsmBuildCtx ctx = { sizeof ctx, f->params, "decoder.", &info, E, C, 2 * H, 0, 0, FALSE };
@@ -88,6 +86,54 @@ setup (Fix *f, gboolean coverage)
     for (int b = 0; b < B; b++)
       f->mask[t * B + b] = (b == 1 && t >= 2) || b == 2 ? 0.0f : 1.0f;   /* example 2: empty article */
 }
+
+static void
+setup (Fix *f, gboolean coverage)
+{
+  setup_cfg (f, coverage ? "plugin = \"lstm_attn\"; attn_dim = 3; coverage = true;"
+                         : "plugin = \"lstm_attn\"; attn_dim = 3;", coverage);
+}
+
+/* attend = previous, init = bridge (Zeng et al. eq. 12-14): gradients of
+ * everything, with coverage; the carry is [h; c; coverage] from
+ * h0 = tanh(W summary + b), c0 = 0; the step's input is the embedding
+ * itself; attention sums to 1 over real positions. */
+START_TEST (test_attend_previous)
+{
+  Fix f;
+  setup_cfg (&f, "plugin = \"lstm_attn\"; hidden = 2; attn_dim = 3; coverage = true; attend = \"previous\"; "
+                 "init = \"bridge\";", TRUE);
+  psm_test_gradcheck ("previous params", f_loss, &f, psm_params_data (f.params), psm_params_grad (f.params),
+                      psm_params_size (f.params), 5e-3f, 2e-3, 2e-2, 600);
+  psm_test_gradcheck ("previous annotations", f_loss, &f, f.ann, f.gann, T * B * C, 5e-3f, 2e-3, 2e-2, 200);
+  psm_test_gradcheck ("previous summary", f_loss, &f, f.sum, f.gsum, B * 2 * H, 5e-3f, 2e-3, 2e-2, 200);
+  psm_test_gradcheck ("previous inputs", f_loss, &f, f.in, f.gin, STEPS * B * E, 5e-3f, 2e-3, 2e-2, 200);
+  PsmGraph *g = psm_graph_new ();
+  psm_graph_set_grad (g, FALSE);
+  PsmDecStep st[STEPS];
+  PsmTensor *carry0;
+  run (&f, g, st, &carry0);
+  ck_assert_int_eq (psm_tensor_cols (carry0), 2 * H + T);
+  for (int b = 0; b < B; b++)
+    for (int j = 0; j < H; j++) {
+      ck_assert (carry0->data[b * (2 * H + T) + H + j] == 0.0f);
+      ck_assert (fabsf (carry0->data[b * (2 * H + T) + j]) < 1.0f);
+    }
+  for (int t = 0; t < STEPS; t++) {
+    for (int i = 0; i < B * E; i++)
+      ck_assert (st[t].input->data[i] == f.in[t * B * E + i]);
+    for (int b = 0; b < 2; b++) {
+      double z = 0;
+      for (int i = 0; i < T; i++)
+        z += st[t].attn->data[b * T + i];
+      ck_assert (fabs (z - 1) < 1e-5);
+    }
+  }
+  psm_graph_free (g);
+  f.dk->destroy (f.dec);
+  psm_params_free (f.params);
+}
+END_TEST
 
 START_TEST (test_lstm_attn)
 {
@@ -166,6 +212,7 @@ main (void)
   TCase *tc = tcase_create ("lstm_attn");
   tcase_set_timeout (tc, 120);
   tcase_add_test (tc, test_lstm_attn);
+  tcase_add_test (tc, test_attend_previous);
   tcase_add_test (tc, test_bad_sizes);
   suite_add_tcase (s, tc);
   return psm_test_run (s);
