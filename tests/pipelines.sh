@@ -20,6 +20,24 @@ for cfg in "$top_srcdir"/pipelines/*.cfg; do
     status=1
   fi
 done
+# The read-again variants (Zeng et al. Tables 1 and 3) are --set lines on
+# the small pipeline: each must pass --check too.
+ablations="$top_srcdir/pipelines/gigaword_readagain_ablations.txt"
+base="$top_srcdir/pipelines/gigaword_readagain_lstm_copy_small.cfg"
+while read -r name sets; do
+  case "$name" in '#'* | '') continue ;; esac
+  n=$((n + 1))
+  args=""
+  for s in $sets; do args="$args --set $s"; done
+  # shellcheck disable=SC2086
+  if out=$("$run" --check "$base" $args 2>&1) && echo "$out" | grep -q '^check: OK$'; then
+    echo "ok $n - $(basename "$base") variant $name"
+  else
+    echo "not ok $n - $(basename "$base") variant $name ($args)"
+    echo "$out" | sed 's/^/    /'
+    status=1
+  fi
+done < "$ablations"
 [ "$n" -gt 0 ] || { echo "no pipelines found in $top_srcdir/pipelines"; exit 1; }
 echo "Checks: $n pipelines, Failures: $status"
 exit $status

@@ -8,8 +8,10 @@
  * et al.'s train.article.txt / train.title.txt, the gigaword-sample), or a
  * .jsonl file of CNN/DailyMail records ({"article", "highlights"}) read as
  * the first sentence of the article (up to and including its first . ! or
- * ?) to the first highlight. Text is tokenised already and split on white
- * space. With style = gigaword every split is brought to the form of Rush
+ * ?; the first `sentences` of them) to the first highlight. Every source
+ * token carries its sentence number (PsmBatch.src_seg: the . ! or ? tokens
+ * before it, at most sentences - 1) for the read-again encoders (Zeng et
+ * al. §3.1.3). Text is tokenised already and split on white space. With style = gigaword every split is brought to the form of Rush
  * et al.'s Gigaword: digits as #, brackets as -lrb- -rrb- -lsb- -rsb- -lcb-
  * -rcb-, and a title's final "." dropped (the Gigaword data is in that
  * form already, so it is left as it is).
@@ -65,7 +67,7 @@ typedef struct {
 } Split;
 
 typedef struct {
-  int Vs, Vt, max_src, max_tgt, min_count, lvt, mode;
+  int Vs, Vt, max_src, max_tgt, min_count, lvt, mode, sentences;
   gboolean gigaword;
   PsmVocab *sv, *tv;            /* [0, Vs) / [0, Vt): the vocabularies, then every other word */
   Split split[3];
@@ -95,6 +97,8 @@ static const PsmParamSpec params[] = {
   { "max_src", PSM_PARAM_INT, "100", 1, 100000, "source tokens kept", NULL },
   { "max_tgt", PSM_PARAM_INT, "30", 1, 100000, "title tokens kept before </s>", NULL },
   { "max_train", PSM_PARAM_INT, "0", 0, 2000000000, "use the first N training pairs (0 = all)", NULL },
+  { "sentences", PSM_PARAM_INT, "1", 1, PSM_MAX_SENTENCES,
+    "article sentences a CNN/DM source holds (Zeng et al. §3.1.3); each source token gets its sentence number", NULL },
   PSM_PARAM_END
 };
 
@@ -185,10 +189,16 @@ join (GPtrArray *w)
   return g_string_free (s, FALSE);
 }
 
-/* The first sentence of a tokenised text: up to and including the first
- * . ! or ? token (all of it if there is none). */
+static gboolean
+ends_sentence (const char *w)
+{
+  return strcmp (w, ".") == 0 || strcmp (w, "!") == 0 || strcmp (w, "?") == 0;
+}
+
+/* The first n sentences of a tokenised text: up to and including the n-th
+ * . ! or ? token (all of it if there are fewer). */
 static char *
-lead_sentence (const char *text)
+lead_sentences (const char *text, int n)
 {
   char **tok = g_strsplit_set (text, " \t\r\n", -1);
   GString *s = g_string_new (NULL);
@@ -196,7 +206,7 @@ lead_sentence (const char *text)
     if (!**p)
       continue;
     g_string_append_printf (s, "%s%s", s->len ? " " : "", *p);
-    if (strcmp (*p, ".") == 0 || strcmp (*p, "!") == 0 || strcmp (*p, "?") == 0)
+    if (ends_sentence (*p) && --n == 0)
       break;
   }
   g_strfreev (tok);
@@ -251,7 +261,7 @@ read_pairs (Headline *t, const char *path, long max, Pairs *out, GError **error)
   out->src = g_ptr_array_new_with_free_func ((GDestroyNotify) g_ptr_array_unref);
   out->tgt = g_ptr_array_new_with_free_func ((GDestroyNotify) g_ptr_array_unref);
   for (guint i = 0; ok && i < a->len; i++) {
-    char *src = jsonl ? lead_sentence (a->pdata[i]) : g_strdup (a->pdata[i]);
+    char *src = jsonl ? lead_sentences (a->pdata[i], t->sentences) : g_strdup (a->pdata[i]);
     char *nl = jsonl ? strchr (b->pdata[i], '\n') : NULL;
     char *tgt = nl ? g_strndup (b->pdata[i], nl - (char *) b->pdata[i]) : g_strdup (b->pdata[i]);
     GPtrArray *ws = tokens (t, src, FALSE), *wt = tokens (t, tgt, TRUE);
@@ -376,6 +386,7 @@ hl_create (const PsmSection *cfg, const PsmTaskCtx *ctx, GError **error)
   t->max_tgt = (int) psm_section_int (cfg, "max_tgt");
   t->min_count = (int) psm_section_int (cfg, "min_count");
   t->lvt = (int) psm_section_int (cfg, "lvt");
+  t->sentences = (int) psm_section_int (cfg, "sentences");
   t->gigaword = strcmp (psm_section_string (cfg, "style"), "gigaword") == 0;
   const char *mode = psm_section_string (cfg, "pointers");
   t->mode = strcmp (mode, "unk") == 0 ? P_UNK : strcmp (mode, "entity") == 0 ? P_ENTITY : P_NONE;
@@ -514,8 +525,11 @@ fill_batch (Headline *t, const Split *s, const int *idx, int B, PsmBatch *b)
   for (int i = 0; i < B; i++) {
     int e = idx[i], ns = so[e + 1] - so[e], nt = to[e + 1] - to[e];
     b->example_id[i] = e;
-    for (int k = 0; k < ns; k++) {
+    for (int k = 0, seg = 0; k < ns; k++) {
       int32_t g = src[so[e] + k], tv = tid[so[e] + k];
+      /* the sentence: the sentence ends before this token */
+      PSM_AT (b->src_seg, b, k, i) = MIN (seg, t->sentences - 1);
+      seg += ends_sentence (psm_vocab_word (t->sv, g));
       PSM_AT (b->src, b, k, i) = g < t->Vs ? g : UNK;
       PSM_AT (b->src_ext, b, k, i) = tv >= 0 && tv < t->Vt ? tv : psm_batch_oov_id (b, psm_vocab_word (t->sv, g));
       PSM_AT (b->src_mask, b, k, i) = 1.0f;
