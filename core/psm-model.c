@@ -649,6 +649,7 @@ typedef struct {
   gboolean record;
   GArray *gate;             /* float [steps * n] */
   GArray *top;              /* int32 [steps * n * attn_top] positions */
+  gint64 t_enc, t_dec, t_head, t_all;   /* µs: encoder, decoder steps, head, all */
 } Dec;
 
 static int32_t
@@ -664,6 +665,7 @@ dec_step (void *ud, int n, const int32_t *parents, const int32_t *tokens, int *S
   Dec *d = ud;
   PsmModel *m = d->m;
   PsmGraph *g = m->gs;
+  gint64 t0 = g_get_monotonic_time ();
   psm_graph_reset (g);
   PsmTensor *carry;
   if (!parents) {
@@ -697,6 +699,8 @@ dec_step (void *ud, int n, const int32_t *parents, const int32_t *tokens, int *S
     return NULL;
   }
   memcpy (d->carry, st.carry->data, st.carry->n * sizeof (float));
+  gint64 t1 = g_get_monotonic_time ();
+  d->t_dec += t1 - t0;
   PsmDecOut o = { 1, n, NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL };
 #define ONE_STEP(f)                                                               \
   if (st.f) {                                                                     \
@@ -735,6 +739,7 @@ dec_step (void *ud, int n, const int32_t *parents, const int32_t *tokens, int *S
     }
   }
   *S = psm_tensor_cols (sc);
+  d->t_head += g_get_monotonic_time () - t1;
   return sc->data;
 }
 
@@ -773,6 +778,7 @@ decode_batch (PsmModel *m, const PsmBatch *b, Dec *d, PsmHyp *hyps, GError **err
   PsmGraph *g = m->g;
   int K = m->beam.beam, B = b->B, T = b->T;
   PsmEncoding enc;
+  gint64 t0 = g_get_monotonic_time ();
   encode (m, g, b, &enc);
   d->m = m;
   d->orig = b;
@@ -808,7 +814,10 @@ decode_batch (PsmModel *m, const PsmBatch *b, Dec *d, PsmHyp *hyps, GError **err
   bx->cand = b->cand;
   bx->example_id = repeat_array (g, b->example_id, sizeof (int32_t), 1, B, K);
   PsmBeamFns f = { dec_step, dec_word, d };
-  return psm_beam_search (&m->beam, B, &f, hyps, error);
+  d->t_enc += g_get_monotonic_time () - t0;
+  gboolean ok = psm_beam_search (&m->beam, B, &f, hyps, error);
+  d->t_all += g_get_monotonic_time () - t0;
+  return ok;
 }
 
 static void
@@ -839,7 +848,7 @@ join_words (GString *s, const char *const *w, int n)
 
 static gboolean
 eval_sequences (PsmModel *m, PsmSplit split, const PsmBatch *b, const PsmEvalOptions *opt, gboolean metrics,
-                double *gate_sum, long *gate_n, GError **error)
+                double *gate_sum, long *gate_n, double *phases, GError **error)
 {
   gboolean want_text = opt && opt->ref;
   for (int i = 0; metrics && i < m->n_metrics; i++)
@@ -852,6 +861,12 @@ eval_sequences (PsmModel *m, PsmSplit split, const PsmBatch *b, const PsmEvalOpt
   d.top = g_array_new (FALSE, FALSE, sizeof (int32_t));
   PsmHyp *hyps = g_new0 (PsmHyp, b->B);
   gboolean ok = decode_batch (m, b, &d, hyps, error);
+  if (phases) {
+    phases[0] += 1e-6 * d.t_enc;
+    phases[1] += 1e-6 * d.t_dec;
+    phases[2] += 1e-6 * d.t_head;
+    phases[3] += 1e-6 * (d.t_all - d.t_enc - d.t_dec - d.t_head);
+  }
   GPtrArray *hw = g_ptr_array_new (), *rw = g_ptr_array_new ();
   GArray *hid = g_array_new (FALSE, FALSE, sizeof (int32_t)), *rid = g_array_new (FALSE, FALSE, sizeof (int32_t));
   GString *line = g_string_new (NULL);
@@ -1019,7 +1034,7 @@ psm_model_decode_texts (PsmModel *m, const char *const *texts, int n, const PsmE
         m->batch.example_id[i] = start + i;   /* the line, for --json */
     if (ok) {
       psm_graph_reset (m->g);
-      ok = eval_sequences (m, PSM_SPLIT_TEST, &m->batch, opt, FALSE, &gate_sum, &gate_n, error);
+      ok = eval_sequences (m, PSM_SPLIT_TEST, &m->batch, opt, FALSE, &gate_sum, &gate_n, NULL, error);
     }
     if (ok && opt->progress)
       fprintf (stderr, "\rdecoded %d/%d  %.2f articles/s   ", start + B, n,
@@ -1186,7 +1201,7 @@ psm_model_evaluate (PsmModel *m, PsmSplit split, const PsmEvalOptions *opt, PsmE
       eval_one_step (m, g, b, &enc, &out, opt ? opt->out : NULL);
     } else if (score) {
       psm_graph_reset (g);
-      ok = eval_sequences (m, split, b, opt, TRUE, &gate_sum, &gate_n, error);
+      ok = eval_sequences (m, split, b, opt, TRUE, &gate_sum, &gate_n, res->decode_phases, error);
       if (ok && opt && opt->progress) {
         double t = g_timer_elapsed (timer, NULL);
         fprintf (stderr, "\rdecoded %ld/%ld  %.2f articles/s   ", start + B, n, (start + B) / MAX (t, 1e-9));

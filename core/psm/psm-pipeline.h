@@ -72,6 +72,10 @@ typedef struct {
   gboolean higher_is_better;
   double mean_gate;        /* mean p_gen of the decoded tokens (NaN: none) */
   double decode_seconds;   /* wall time of the evaluation */
+  /* decoding alone (seconds): the encoder (with the beams' copies), the
+   * decoder steps (incl. the input embeddings), the head's scores, and
+   * the beam search's own work */
+  double decode_phases[4];
 } PsmEvalResult;
 
 typedef struct {
