@@ -256,6 +256,9 @@ psm_model_new (PsmPipeline *pl, gboolean check, GError **error)
   }
   if (!check_step_memory (m, E, ctx.enc_dim, error))
     goto fail;
+  double init_uniform = psm_section_float (train, "init_uniform");
+  if (init_uniform > 0)
+    psm_params_init_uniform (m->params, (float) init_uniform, (float) psm_section_float (train, "init_bias"));
   PsmRng rng;
   psm_rng_seed (&rng, seed);
   if (!psm_params_finalize (m->params, &rng, error))

@@ -113,6 +113,22 @@ gib (double bytes)
   return bytes / (1024.0 * 1024 * 1024);
 }
 
+void
+psm_params_init_uniform (PsmParams *p, float range, float bias)
+{
+  g_return_if_fail (!p->final);
+  for (guint k = 0; k < p->info->len; k++) {
+    ParamInfo *pi = &g_array_index (p->info, ParamInfo, k);
+    if (pi->ndim == 1 && pi->init == PSM_INIT_ZEROS) {
+      pi->init = PSM_INIT_CONST;
+      pi->scale = bias;
+    } else if (pi->init != PSM_INIT_CONST && pi->init != PSM_INIT_ZEROS) {
+      pi->init = PSM_INIT_UNIFORM;
+      pi->scale = range;
+    }
+  }
+}
+
 gboolean
 psm_params_finalize (PsmParams *p, PsmRng *rng, GError **error)
 {

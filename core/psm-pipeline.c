@@ -25,6 +25,10 @@ static const PsmParamSpec train_spec[] = {
   { "eval_every", PSM_PARAM_INT, "1000", 1, 1e9, "validate (and checkpoint) every N steps", NULL },
   { "log_every", PSM_PARAM_INT, "100", 1, 1e9, "log line / JSON record every N steps", NULL },
   { "valid_examples", PSM_PARAM_INT, "0", 0, 1e9, "validate on the first N examples (0 = all)", NULL },
+  { "init_uniform", PSM_PARAM_FLOAT, "0", 0, 10,
+    "every weight U(-x, x) and every bias init_bias instead of the plugins' own init (Zeng et al.: sqrt(3/d)); 0 = off",
+    NULL },
+  { "init_bias", PSM_PARAM_FLOAT, "0.1", -10, 10, "biases' start with init_uniform (Zeng et al.: 0.1)", NULL },
   { "patience", PSM_PARAM_INT, "0", 0, 1e9, "stop after N validations in a row without a new best (0 = never)", NULL },
   PSM_PARAM_END
 };

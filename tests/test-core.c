@@ -196,6 +196,39 @@ two_steps (PsmOptConfig *c, double *w1, double *w2)
   psm_params_free (p);
 }
 
+/* Zeng et al.'s initialisation: weights U(-r, r), zero-started vectors
+ * (biases) at the bias value, constants kept. */
+START_TEST (test_init_uniform)
+{
+  PsmParams *p = psm_params_new ();
+  int s1[2] = { 8, 24 }, s2[1] = { 5 };
+  int w = psm_params_add (p, "w", 2, s1, PSM_INIT_ORTHOGONAL, 0);
+  int x = psm_params_add (p, "x", 2, s1, PSM_INIT_XAVIER, 0);
+  int b = psm_params_add (p, "b", 1, s2, PSM_INIT_ZEROS, 0);
+  int k = psm_params_add (p, "k", 1, s2, PSM_INIT_CONST, -1.0f);
+  int v = psm_params_add (p, "v", 1, s2, PSM_INIT_UNIFORM, 0.5f);
+  psm_params_init_uniform (p, 0.0765f, 0.1f);
+  PsmRng rng;
+  psm_rng_seed (&rng, 1);
+  ck_assert (psm_params_finalize (p, &rng, NULL));
+  const float *d = psm_params_data (p);
+  float hi = 0.0f;
+  for (int i = 0; i < 8 * 24; i++)
+    for (int id = 0; id < 2; id++) {
+      float e = d[psm_params_offset (p, id == 0 ? w : x) + i];
+      ck_assert (fabsf (e) <= 0.0765f);
+      hi = MAX (hi, fabsf (e));
+    }
+  ck_assert (hi > 0.06f);   /* spread over the range */
+  for (int i = 0; i < 5; i++) {
+    ck_assert (d[psm_params_offset (p, b) + i] == 0.1f);
+    ck_assert (d[psm_params_offset (p, k) + i] == -1.0f);
+    ck_assert (fabsf (d[psm_params_offset (p, v) + i]) <= 0.0765f);
+  }
+  psm_params_free (p);
+}
+END_TEST
+
 START_TEST (test_optimisers)
 {
   double w1, w2;
@@ -563,6 +596,7 @@ main (void)
   tcase_add_test (tc, test_tensor_bounds);
   tcase_add_test (tc, test_rng);
   tcase_add_test (tc, test_params);
+  tcase_add_test (tc, test_init_uniform);
   tcase_add_test (tc, test_optimisers);
   tcase_add_test (tc, test_checkpoint);
   tcase_add_test (tc, test_checkpoint_checks);
