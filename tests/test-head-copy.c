@@ -2,7 +2,7 @@
  * loss in every parameter, the decoder state and context and the
  * annotations; the training loss (mixture of gathers) equals -log of the
  * decoding distribution at the targets — a word copied from two positions,
- * a word both in the vocabulary and in the source, an OOV absent from the
+ * a word both in the vocabulary and twice in the source, an OOV absent from the
  * article (scored as <unk>) — and that distribution sums to 1 with every
  * word on one slot; the generate probability (gate); the input embedding
  * of eq. 15 (copied OOVs from their first position, anything else the
@@ -108,7 +108,7 @@ setup (Fix *f, const char *cfg)
   psm_test_fill (f->cx, sizeof f->cx / 4, 1.0f, &rng);
   psm_test_fill (f->ann, sizeof f->ann / 4, 1.0f, &rng);
   psm_test_fill (f->x, sizeof f->x / 4, 1.0f, &rng);
-  /* source: example 0 = [4, 6 (oov "zed"), 5, 6 (zed again)], example 1 = [5] then padding */
+  /* source: example 0 = [4, 6 (oov "zed"), 4, 6 (zed again)], example 1 = [5] then padding */
   PsmBatch *b = &f->batch;
   psm_batch_init (b);
   psm_batch_reserve (b, B, T, TY);
@@ -117,7 +117,7 @@ setup (Fix *f, const char *cfg)
   g_ptr_array_add (b->oov_words, g_strdup ("zed"));
   g_ptr_array_add (b->oov_words, g_strdup ("yak"));
   g_ptr_array_add (b->oov_words, g_strdup ("gnu"));   /* only in a target */
-  const int32_t ext0[T] = { 4, 6, 5, 6 };
+  const int32_t ext0[T] = { 4, 6, 4, 6 };
   for (int i = 0; i < T; i++) {
     PSM_AT (b->src_ext, b, i, 0) = ext0[i];
     PSM_AT (b->src, b, i, 0) = ext0[i] < V ? ext0[i] : UNK;
@@ -187,7 +187,7 @@ START_TEST (test_loss_matches_scores)
       ck_assert (fabsf (gate0->data[e] - gate1->data[e]) < 1e-5f && gate0->data[e] > 0 && gate0->data[e] < 1);
       if (e == 0) {   /* word 4 at position 0 and zed's second position are on other slots */
         ck_assert (isinf (sc->data[V + 0]) && isinf (sc->data[V + 3]));
-        ck_assert (isfinite (sc->data[V + 1]) && isinf (sc->data[V + 2]));   /* 5 is in the vocabulary */
+        ck_assert (isfinite (sc->data[V + 1]) && isinf (sc->data[V + 2]));   /* 4 again */
       }
       if (!PSM_AT (f.batch.tgt_mask, &f.batch, t, e))
         continue;

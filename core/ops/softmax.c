@@ -28,6 +28,17 @@ softmax_row (const float *x, const float *mask, float *y, int C, gboolean logspa
     return;
   }
   double s = 0.0;
+  if (!mask && logspace) {   /* decoding's scores, vectorised: y = x - m - log s */
+    float sf = 0.0f;
+#pragma omp simd reduction (+:sf)
+    for (int j = 0; j < C; j++)
+      sf += psm_fast_expf (x[j] - m);
+    float ls = m + logf (sf);
+#pragma omp simd
+    for (int j = 0; j < C; j++)
+      y[j] = x[j] - ls;
+    return;
+  }
   if (!mask && !logspace) {   /* the common case, vectorised: y = e^(x - m) / s */
     float sf = 0.0f;
 #pragma omp simd reduction (+:sf)

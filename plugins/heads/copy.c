@@ -197,36 +197,54 @@ cp_scores (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const 
   PsmTensor *sc = psm_tensor_new (g, 2, shape, FALSE);
   s->last_gate = psm_tensor_new (g, 2, gs, FALSE);
   s->last_state = out->state->data;
+  float *mass = g_new (float, T);
   for (int r = 0; r < n; r++) {
     const float *gr = gl->data + (size_t) r * V, *cr = cl->data + (size_t) r * T, *mr = mask + (size_t) r * T;
     float *row = sc->data + (size_t) r * S, mx = -INFINITY;
+#pragma omp simd reduction (max:mx)
     for (int v = 0; v < V; v++)
       mx = MAX (mx, gr[v]);
     for (int i = 0; i < T; i++)
       if (mr[i] != 0.0f)
         mx = MAX (mx, cr[i]);
-    double z = 0.0;
+    float zg = 0.0f;
+#pragma omp simd reduction (+:zg)
     for (int v = 0; v < V; v++)
-      z += row[v] = expf (gr[v] - mx);
-    s->last_gate->data[r] = (float) z;
-    for (int i = 0; i < T; i++)
-      z += row[V + i] = mr[i] != 0.0f ? expf (cr[i] - mx) : 0.0f;
-    /* each copied word onto one slot: its vocabulary slot or first position */
+      zg += expf (gr[v] - mx);
+    double zc = 0.0;
     for (int i = 0; i < T; i++) {
+      mass[i] = mr[i] != 0.0f ? expf (cr[i] - mx) : 0.0f;
+      zc += mass[i];
+    }
+    float lz = mx + (float) log (zg + zc);
+    s->last_gate->data[r] = (float) (zg / (zg + zc));
+#pragma omp simd
+    for (int v = 0; v < V; v++)
+      row[v] = gr[v] - lz;
+    /* each copied word onto one slot: all its positions' mass gathered on
+     * its first, then that goes to its vocabulary slot (with the generate
+     * term) or stays on the first position */
+    for (int i = 0; i < T; i++) {
+      row[V + i] = -INFINITY;
       if (mr[i] == 0.0f)
         continue;
-      int32_t w = PSM_AT (b->src_ext, b, i, r);
-      int v = vocab_slot (s, b, w), f = v >= 0 ? v : V + first_position (b, r, w);
-      if (f != V + i) {
-        row[f] += row[V + i];
-        row[V + i] = 0.0f;
+      int f = first_position (b, r, PSM_AT (b->src_ext, b, i, r));
+      if (f < i) {
+        mass[f] += mass[i];
+        mass[i] = 0.0f;
       }
     }
-    s->last_gate->data[r] = (float) (s->last_gate->data[r] / z);
-    float lz = (float) log (z);
-    for (int j = 0; j < S; j++)
-      row[j] = row[j] > 0.0f ? logf (row[j]) - lz : -INFINITY;
+    for (int i = 0; i < T; i++) {
+      if (mr[i] == 0.0f || mass[i] == 0.0f)
+        continue;
+      int v = vocab_slot (s, b, PSM_AT (b->src_ext, b, i, r));
+      if (v >= 0)
+        row[v] = logf (expf (gr[v] - mx) + mass[i]) + mx - lz;
+      else
+        row[V + i] = logf (mass[i]) + mx - lz;
+    }
   }
+  g_free (mass);
   return sc;
 }
 
