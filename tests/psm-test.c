@@ -1,6 +1,7 @@
 /* psm-test.c — gradient checker and small helpers for the Check tests. */
 #include "config.h"
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "psm-test.h"
@@ -72,13 +73,44 @@ psm_test_plugin_env (void)
     g_setenv ("PSM_PLUGIN_PATH", PSM_TEST_PLUGIN_DIR, TRUE);
 }
 
+static char *test_dir;
+
+const char *
+psm_test_dir (void)
+{
+  if (!test_dir)
+    test_dir = g_dir_make_tmp ("psm-test-XXXXXX", NULL);
+  ck_assert_msg (test_dir, "cannot make a temporary folder");
+  return test_dir;
+}
+
+char *
+psm_test_write_file (const char *name, const char *text)
+{
+  char *path = g_build_filename (psm_test_dir (), name, NULL);
+  ck_assert_msg (g_file_set_contents (path, text, -1, NULL), "cannot write %s", path);
+  return path;
+}
+
 int
 psm_test_run (Suite *s)
 {
+  /* made here, before the tests fork, so that this process removes it */
+  test_dir = g_dir_make_tmp ("psm-test-XXXXXX", NULL);
+  if (!test_dir) {
+    fprintf (stderr, "cannot make a temporary folder\n");
+    return EXIT_FAILURE;
+  }
   SRunner *sr = srunner_create (s);
   srunner_run_all (sr, CK_NORMAL);
   int failed = srunner_ntests_failed (sr);
   srunner_free (sr);
+  if (test_dir) {
+    char *cmd = g_strdup_printf ("rm -rf '%s'", test_dir);
+    if (system (cmd) != 0)
+      failed++;
+    g_free (cmd);
+  }
   return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }
 

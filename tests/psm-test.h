@@ -33,6 +33,11 @@ const PsmSection *psm_test_section (const char *text, const char *path, const Ps
                                     char **errors);
 /* Loads psm-<kind>-<name>.so from the build tree; fails the test otherwise. */
 const PsmPluginDesc *psm_test_plugin (PsmKind kind, const char *name);
+/* A temporary folder for the test's files, made by psm_test_run and
+ * removed (with its contents) when the suite has run. */
+const char *psm_test_dir (void);
+/* Writes text to name in psm_test_dir (); returns the path (g_free). */
+char *psm_test_write_file (const char *name, const char *text);
 /* Runs the suite; exit status for automake. */
 int psm_test_run (Suite *s);
 #endif

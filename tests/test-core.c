@@ -388,6 +388,10 @@ START_TEST (test_checkpoint)
   psm_params_free (s1);
   psm_params_free (s2);
   g_free (before);
+  g_unlink (bad);
+  g_unlink (path);
+  g_rmdir (ro);
+  g_rmdir (dir);   /* the test's files gone: nothing left in /tmp */
   g_free (bad);
   g_free (ro);
   g_free (target);

@@ -264,24 +264,14 @@ END_TEST
 
 /* ---- the hook inside a model ---- */
 
-static char *dir;
-
-static char *
-write_file (const char *name, const char *text)
-{
-  char *path = g_build_filename (dir, name, NULL);
-  ck_assert (g_file_set_contents (path, text, -1, NULL));
-  return path;
-}
-
 /* Titles copy words seen once (outside the 5-word target vocabulary):
  * "zork" as the first title word, so it is the second step's input. */
 static PsmModel *
 make_model (const char *head_extra, PsmPipeline **pl)
 {
-  char *art = write_file ("train.article.txt", "zork ate the fish .\nthe cat ate zork .\nblip saw the cat .\n"
+  char *art = psm_test_write_file ("train.article.txt", "zork ate the fish .\nthe cat ate zork .\nblip saw the cat .\n"
                                                  "the fish saw blip .\n");
-  write_file ("train.title.txt", "zork ate fish\ncat ate zork\nblip saw cat\nfish saw blip\n");
+  psm_test_write_file ("train.title.txt", "zork ate fish\ncat ate zork\nblip saw cat\nfish saw blip\n");
   char *cfg = g_strdup_printf (
     "task = { plugin = \"headline\"; train = \"%s\"; valid = \"%s\"; test = \"%s\"; style = \"none\"; "
     "pointers = \"none\"; min_count = 1; tgt_vocab = 9; };\n"
@@ -289,8 +279,8 @@ make_model (const char *head_extra, PsmPipeline **pl)
     "  decoder = { plugin = \"lstm_attn\"; hidden = 4; attend = \"previous\"; init = \"bridge\"; };\n"
     "  head = { plugin = \"copy\"; %s }; };\n"
     "train = { batch = 4; steps = 1; };\ndecode = { beam = 3; min_len = 3; max_len = 3; };\nrun = { dir = \"%s/run\"; };\n",
-    art, art, art, head_extra, dir);
-  char *path = write_file ("model.cfg", cfg);
+    art, art, art, head_extra, psm_test_dir ());
+  char *path = psm_test_write_file ("model.cfg", cfg);
   GError *e = NULL;
   *pl = psm_pipeline_load (path, NULL, &e);
   ck_assert_msg (*pl, "%s", e ? e->message : "");
@@ -378,7 +368,6 @@ int
 main (void)
 {
   psm_test_plugin_env ();
-  dir = g_dir_make_tmp ("psm-copy-XXXXXX", NULL);
   Suite *s = suite_create ("head-copy");
   TCase *tc = tcase_create ("copy");
   tcase_set_timeout (tc, 120);
@@ -388,10 +377,5 @@ main (void)
   tcase_add_test (tc, test_needs_attention);
   tcase_add_test (tc, test_hook_in_model);
   suite_add_tcase (s, tc);
-  int rc = psm_test_run (s);
-  char *cmd = g_strdup_printf ("rm -rf '%s'", dir);
-  if (system (cmd) != 0)
-    rc = 1;
-  g_free (cmd);
-  return rc;
+  return psm_test_run (s);
 }
