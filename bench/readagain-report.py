@@ -6,8 +6,8 @@
 For each variant of pipelines/gigaword_readagain_ablations.txt: the update
 of the tested checkpoint, its validation NLL, the training time, ROUGE-1/2/L
 F1 on the Gigaword test (NAME.test.log, else the training log's test line)
-and on the CNN/DailyMail validation split (NAME.valid.log), and the
-decoding time an article with its split."""
+and on the CNN/DailyMail validation split (NAME.valid.log). (Decoding time:
+bench/readagain-decode.sh, on a machine doing nothing else.)"""
 import os
 import re
 import sys
@@ -35,9 +35,8 @@ def scores(text, split):
     return m.groups() if m else None
 
 
-print("| variant | tested at | valid NLL | trained | test ROUGE-1/2/L F1 | valid ROUGE-1/2/L F1 | decoding s/article "
-      "(encoder / decoder / output / beam %) |")
-print("|---|---|---|---|---|---|---|")
+print("| variant | tested at | valid NLL | trained | test ROUGE-1/2/L F1 | valid ROUGE-1/2/L F1 |")
+print("|---|---|---|---|---|---|")
 for n in names:
     train = read(os.path.join(root, n + ".log"))
     test = read(os.path.join(root, n + ".test.log")) or train
@@ -45,14 +44,10 @@ for n in names:
     t, v = scores(test, "test"), scores(valid, "valid")
     secs = re.search(r"trained \d+ steps in ([\d.]+) s", train)
     best = [float(x) for x in re.findall(r"valid step \d+: loss ([\d.]+)", train)]
-    dec = re.search(r"decoding ([\d.]+) s an article: encoder ([\d.]+)%, decoder steps ([\d.]+)%, output layer "
-                    r"([\d.]+)%, beam search ([\d.]+)%", test)
     if not t:
-        print(f"| {n} | (no test result) | | | | | |")
+        print(f"| {n} | (no test result) | | | | |")
         continue
     print(f"| {n} | {int(t[0]):,} | {min(best) if best else float('nan'):.3f} | "
           f"{float(secs.group(1)) / 60 if secs else float('nan'):.1f} min | "
           f"{float(t[2]):.2f} / {float(t[3]):.2f} / {float(t[4]):.2f} | "
-          + (f"{float(v[2]):.2f} / {float(v[3]):.2f} / {float(v[4]):.2f}" if v else "") + " | "
-          + (f"{dec.group(1)} ({dec.group(2)} / {dec.group(3)} / {dec.group(4)} / {dec.group(5)})" if dec else "")
-          + " |")
+          + (f"{float(v[2]):.2f} / {float(v[3]):.2f} / {float(v[4]):.2f}" if v else "") + " |")

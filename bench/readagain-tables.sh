@@ -23,7 +23,7 @@ list=$(grep -v '^#' "$top/pipelines/gigaword_readagain_ablations.txt" | grep -v 
 echo "$list" | while read -r name sets; do
   args=""
   for s in $sets; do args="$args --set $s"; done
-  echo "$name $args"
+  echo "$name$args"   # no trailing blank: xargs -L would join the next line
 done | xargs -P "$JOBS" -L 1 sh -c '
   name=$1; shift
   echo "# $name: started $(date -u +%H:%M:%S)"

@@ -186,6 +186,17 @@ cp_space (void *self, const PsmBatch *batch)
   return vocab_part (self, batch) + batch->T;
 }
 
+/* log(e^a + e^b), -inf-safe */
+static inline double
+logaddexp (double a, double b)
+{
+  if (a == -INFINITY)
+    return b;
+  if (b == -INFINITY)
+    return a;
+  return a > b ? a + log1p (exp (b - a)) : b + log1p (exp (a - b));
+}
+
 static PsmTensor *
 cp_scores (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const PsmDecOut *out, const PsmBatch *b)
 {
@@ -197,30 +208,26 @@ cp_scores (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const 
   PsmTensor *sc = psm_tensor_new (g, 2, shape, FALSE);
   s->last_gate = psm_tensor_new (g, 2, gs, FALSE);
   s->last_state = out->state->data;
-  float *mass = g_new (float, T);
+  /* the generate part normalised alone (the core's vectorised pass), then
+   * every entry shifted by log P(generate) = -log(1 + e^(lc)), lc the
+   * copy terms' log-sum relative to the generate part's */
+  PsmTensor *lg = psm_log_softmax (g, gl);
+  double *ma = g_new (double, T);
   for (int r = 0; r < n; r++) {
-    const float *gr = gl->data + (size_t) r * V, *cr = cl->data + (size_t) r * T, *mr = mask + (size_t) r * T;
-    float *row = sc->data + (size_t) r * S, mx = -INFINITY;
-#pragma omp simd reduction (max:mx)
-    for (int v = 0; v < V; v++)
-      mx = MAX (mx, gr[v]);
-    for (int i = 0; i < T; i++)
-      if (mr[i] != 0.0f)
-        mx = MAX (mx, cr[i]);
-    float zg = 0.0f;
-#pragma omp simd reduction (+:zg)
-    for (int v = 0; v < V; v++)
-      zg += expf (gr[v] - mx);
-    double zc = 0.0;
+    const float *gr = gl->data + (size_t) r * V, *lgr = lg->data + (size_t) r * V;
+    const float *cr = cl->data + (size_t) r * T, *mr = mask + (size_t) r * T;
+    float *row = sc->data + (size_t) r * S;
+    double lse_g = (double) gr[0] - lgr[0], lc = -INFINITY;
     for (int i = 0; i < T; i++) {
-      mass[i] = mr[i] != 0.0f ? expf (cr[i] - mx) : 0.0f;
-      zc += mass[i];
+      ma[i] = mr[i] != 0.0f ? cr[i] - lse_g : -INFINITY;
+      lc = logaddexp (lc, ma[i]);
     }
-    float lz = mx + (float) log (zg + zc);
-    s->last_gate->data[r] = (float) (zg / (zg + zc));
+    double shift = -logaddexp (0.0, lc);
+    s->last_gate->data[r] = (float) exp (shift);
+    float sh = (float) shift;
 #pragma omp simd
     for (int v = 0; v < V; v++)
-      row[v] = gr[v] - lz;
+      row[v] = lgr[v] + sh;
     /* each copied word onto one slot: all its positions' mass gathered on
      * its first, then that goes to its vocabulary slot (with the generate
      * term) or stays on the first position */
@@ -230,21 +237,21 @@ cp_scores (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const 
         continue;
       int f = first_position (b, r, PSM_AT (b->src_ext, b, i, r));
       if (f < i) {
-        mass[f] += mass[i];
-        mass[i] = 0.0f;
+        ma[f] = logaddexp (ma[f], ma[i]);
+        ma[i] = -INFINITY;
       }
     }
     for (int i = 0; i < T; i++) {
-      if (mr[i] == 0.0f || mass[i] == 0.0f)
+      if (mr[i] == 0.0f || ma[i] == -INFINITY)
         continue;
       int v = vocab_slot (s, b, PSM_AT (b->src_ext, b, i, r));
       if (v >= 0)
-        row[v] = logf (expf (gr[v] - mx) + mass[i]) + mx - lz;
+        row[v] = (float) (logaddexp (lgr[v], ma[i]) + shift);
       else
-        row[V + i] = logf (mass[i]) + mx - lz;
+        row[V + i] = (float) (ma[i] + shift);
     }
   }
-  g_free (mass);
+  g_free (ma);
   return sc;
 }
 
