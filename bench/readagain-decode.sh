@@ -9,6 +9,8 @@
 # trained small models' runs print the same split (RESULTS.md).
 #   sh bench/readagain-decode.sh [VOCAB ...]     (default 2000 5000 15000 125000)
 # 125000 means every target word of the training split (20,000-odd here).
+# SETS="KEY=VALUE ..." adds --set lines to every setting (e.g.
+# SETS="model.head.hidden=512 model.head.activation=linear").
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 THREADS=${THREADS:-2}
@@ -16,12 +18,13 @@ export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS
 unset OPENBLAS_CORETYPE
 OUT=${OUT:-$(mktemp -d /tmp/psm-readagain-decode.XXXXXX)}
 echo "# machine: $(nproc --all) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), family $(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | tr -d ' ') model $(grep -m1 '^model' /proc/cpuinfo | cut -d: -f2 | tr -d ' ')"
-echo "# threads: $THREADS; runs in $OUT"
+echo "# threads: $THREADS; runs in $OUT; extra settings: ${SETS:-none}"
 for v in ${*:-2000 5000 15000 125000}; do
   for head in softmax copy; do
     dir="$OUT/v${v}_$head"
     set -- --set "task.tgt_vocab=$v" --set "model.head.plugin=$head" --set "run.dir=\"$dir\"" \
       --set decode.min_len=15 --set decode.max_len=15 --set decode.beam=10
+    for kv in ${SETS:-}; do set -- "$@" --set "$kv"; done
     "$top/psm" "$top/pipelines/gigaword_readagain_lstm_copy.cfg" "$@" --mode train --set train.steps=1 \
       --set train.valid_examples=64 > "$dir.train.log" 2>&1
     line=$("$top/psm" "$top/pipelines/gigaword_readagain_lstm_copy.cfg" "$@" --mode decode 2>&1 | grep '^decoding')
