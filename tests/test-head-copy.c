@@ -271,7 +271,7 @@ make_model (const char *head_extra, PsmPipeline **pl)
 {
   char *art = psm_test_write_file ("train.article.txt", "zork ate the fish .\nthe cat ate zork .\nblip saw the cat .\n"
                                                  "the fish saw blip .\n");
-  psm_test_write_file ("train.title.txt", "zork ate fish\ncat ate zork\nblip saw cat\nfish saw blip\n");
+  g_free (psm_test_write_file ("train.title.txt", "zork ate fish\ncat ate zork\nblip saw cat\nfish saw blip\n"));
   char *cfg = g_strdup_printf (
     "task = { plugin = \"headline\"; train = \"%s\"; valid = \"%s\"; test = \"%s\"; style = \"none\"; "
     "pointers = \"none\"; min_count = 1; tgt_vocab = 9; };\n"
