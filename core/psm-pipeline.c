@@ -30,6 +30,13 @@ static const PsmParamSpec train_spec[] = {
     NULL },
   { "init_bias", PSM_PARAM_FLOAT, "0.1", -10, 10, "biases' start with init_uniform (Zeng et al.: 0.1)", NULL },
   { "patience", PSM_PARAM_INT, "0", 0, 1e9, "stop after N validations in a row without a new best (0 = never)", NULL },
+  { "checkpoint_every", PSM_PARAM_INT, "0", 0, 1e9,
+    "also write last.ckpt every N updates (0 = at validations only; always at step 0 and when stopped)", NULL },
+  { "on_nonfinite", PSM_PARAM_CHOICE, "stop", PSM_NO_RANGE,
+    "a NaN/Inf loss or gradient: stop, skip the update, or roll back to last.ckpt with a lower lr",
+    "stop|skip|rollback" },
+  { "nonfinite_max", PSM_PARAM_INT, "5", 0, 1e9, "skips or rollbacks before training stops anyway", NULL },
+  { "rollback_lr_factor", PSM_PARAM_FLOAT, "0.5", 0.001, 1, "learning rate times this at each rollback", NULL },
   PSM_PARAM_END
 };
 

@@ -99,6 +99,14 @@ void psm_graph_phase (PsmGraph *g, PsmPhase phase);
 /* Prints the profile as a table: per phase, its ops by time. */
 void psm_profile_print (const PsmProfile *prof, FILE *out);
 
+/* core/psm-run.c, shared with the training loop (core/psm-train.c) */
+gboolean psm_run_optim_config (const PsmSection *s, PsmOptConfig *c);
+gboolean psm_run_write_failed (GError **error, const char *path);
+gboolean psm_run_log_append (FILE *log, const char *path, const char *record, GError **error);
+gboolean psm_run_json_eval (FILE *log, const char *path, long step, const char *split, double t,
+                            const PsmEvalResult *r, GError **error);
+void psm_run_print_eval (const char *what, long step, const PsmEvalResult *r, gboolean best);
+
 /* Deferred gradient of attention values (core/ops/attention.c). Every
  * decoding step's attention adds a[b, i] dctx[b] to the gradient of the
  * annotations [T, B, H], a read-modify-write of all of them per step. Once

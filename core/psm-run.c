@@ -1,4 +1,4 @@
-/* psm-run.c — training loop, evaluation runs and the --check smoke run. */
+/* psm-run.c — evaluation runs, two-phase pipelines and the --check smoke run (the training loop: psm-train.c). */
 #include "config.h"
 #include <errno.h>
 #include <math.h>
@@ -11,8 +11,8 @@
 
 G_DEFINE_QUARK (psm-run-error-quark, psm_run_error)
 
-static gboolean
-optim_config (const PsmSection *s, PsmOptConfig *c)
+gboolean
+psm_run_optim_config (const PsmSection *s, PsmOptConfig *c)
 {
   const char *name = psm_section_string (s, "name");
   memset (c, 0, sizeof *c);
@@ -31,32 +31,9 @@ optim_config (const PsmSection *s, PsmOptConfig *c)
   return TRUE;
 }
 
-static void
-fmt_duration (char *buf, size_t n, double s)
-{
-  if (!isfinite (s) || s < 0)
-    g_snprintf (buf, n, "?");
-  else if (s < 60)
-    g_snprintf (buf, n, "%.0fs", s);
-  else if (s < 3600)
-    g_snprintf (buf, n, "%dm%02ds", (int) s / 60, (int) s % 60);
-  else
-    g_snprintf (buf, n, "%dh%02dm", (int) s / 3600, ((int) s % 3600) / 60);
-}
-
-/* "step N/M  loss L  R tok/s  ETA T": the progress line and log line. */
-static void
-progress_text (char *buf, size_t n, long done, long steps, long start_step, double elapsed,
-               double loss, double rate)
-{
-  char eta[32];
-  fmt_duration (eta, sizeof eta, (double) (steps - done) * (elapsed / (double) (done - start_step)));
-  g_snprintf (buf, n, "step %ld/%ld  loss %.4f  %.0f tok/s  ETA %s", done, steps, loss, rate, eta);
-}
-
 /* A file of the run folder could not be written (errno says why). */
-static gboolean
-write_failed (GError **error, const char *path)
+gboolean
+psm_run_write_failed (GError **error, const char *path)
 {
   g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: cannot write: %s", path, g_strerror (errno));
   return FALSE;
@@ -64,16 +41,16 @@ write_failed (GError **error, const char *path)
 
 /* Appends one JSON record to the run's log and flushes it; a failed write
  * (full disk, quota) is an error, not a log that silently stays empty. */
-static gboolean
-log_append (FILE *log, const char *path, const char *record, GError **error)
+gboolean
+psm_run_log_append (FILE *log, const char *path, const char *record, GError **error)
 {
   if (fputs (record, log) < 0 || fflush (log) != 0 || ferror (log))
-    return write_failed (error, path);
+    return psm_run_write_failed (error, path);
   return TRUE;
 }
 
-static gboolean
-json_eval (FILE *log, const char *path, long step, const char *split, double t, const PsmEvalResult *r,
+gboolean
+psm_run_json_eval (FILE *log, const char *path, long step, const char *split, double t, const PsmEvalResult *r,
            GError **error)
 {
   GString *s = g_string_new (NULL);
@@ -83,13 +60,13 @@ json_eval (FILE *log, const char *path, long step, const char *split, double t, 
     for (int k = 0; k < r->metrics[i].n; k++)
       g_string_append_printf (s, ", \"%s\": %.6g", r->metrics[i].names[k], r->metrics[i].values[k]);
   g_string_append (s, "}\n");
-  gboolean ok = log_append (log, path, s->str, error);
+  gboolean ok = psm_run_log_append (log, path, s->str, error);
   g_string_free (s, TRUE);
   return ok;
 }
 
-static void
-print_eval (const char *what, long step, const PsmEvalResult *r, gboolean best)
+void
+psm_run_print_eval (const char *what, long step, const PsmEvalResult *r, gboolean best)
 {
   GString *s = g_string_new (NULL);
   g_string_append_printf (s, "%s step %ld: loss %.4f", what, step, r->loss);
@@ -100,266 +77,6 @@ print_eval (const char *what, long step, const PsmEvalResult *r, gboolean best)
   printf ("%s\n", s->str);
   fflush (stdout);
   g_string_free (s, TRUE);
-}
-
-static gboolean
-better (const PsmEvalResult *r, double best, gboolean have_best)
-{
-  if (!have_best)
-    return TRUE;
-  return r->higher_is_better ? r->primary > best : r->primary < best;
-}
-
-/* What a stopped run leaves behind, for its error message. */
-static char *
-kept_msg (const char *last)
-{
-  if (g_file_test (last, G_FILE_TEST_EXISTS))
-    return g_strdup_printf ("The last good checkpoint (%s) is intact.", last);
-  return g_strdup ("No checkpoint had been written yet (the first is written at the first validation).");
-}
-
-gboolean
-psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error)
-{
-  PsmPipeline *pl = psm_model_pipeline (m);
-  const PsmSection *train = psm_pipeline_section (pl, "train");
-  const char *dir = psm_pipeline_run_dir (pl);
-  char *last = g_build_filename (dir, "last.ckpt", NULL);
-  char *best_path = g_build_filename (dir, "best.ckpt", NULL);
-  char *log_path = g_build_filename (dir, "log.jsonl", NULL);
-  char *cfg_path = g_build_filename (dir, "pipeline.cfg", NULL);
-  PsmOptim *optim = NULL;
-  FILE *log = NULL;
-  char *kept = NULL;
-  gboolean ok = FALSE;
-  PsmCheckpointMeta meta = { 0, { { 0 } }, NAN, 1.0, NAN, 0, NULL };
-
-  if (!opt->resume && g_file_test (last, G_FILE_TEST_EXISTS)) {
-    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_USAGE,
-                 "%s: run folder already holds a run; continue it with --resume, or choose another with --set run.dir=...",
-                 dir);
-    goto out;
-  }
-  if (opt->resume && !g_file_test (last, G_FILE_TEST_EXISTS)) {
-    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_USAGE, "%s: nothing to resume (no checkpoint)", last);
-    goto out;
-  }
-  if (g_mkdir_with_parents (dir, 0755) != 0) {
-    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: cannot create run folder: %s", dir,
-                 g_strerror (errno));
-    goto out;
-  }
-
-  PsmOptConfig oc;
-  optim_config (psm_pipeline_section (pl, "train.optimizer"), &oc);
-  PsmParams *params = psm_model_params (m);
-  optim = psm_optim_new (&oc, params);
-  psm_rng_seed (&meta.rng, (guint64) psm_section_int (train, "seed") * 7919 + 17);
-  gboolean have_best = FALSE;
-  if (opt->resume) {
-    if (!psm_checkpoint_load (last, params, optim, &meta, error))
-      goto out;
-    have_best = g_file_test (best_path, G_FILE_TEST_EXISTS) && !isnan (meta.best_metric);
-    psm_optim_set_lr_scale (optim, meta.lr_scale);
-    printf ("resumed %s at step %ld\n", last, meta.step);
-  } else {
-    meta.best_metric = NAN;
-    if (!psm_pipeline_write (pl, cfg_path, error) || !psm_model_save_task (m, dir, error))
-      goto out;
-  }
-  log = fopen (log_path, opt->resume ? "a" : "w");
-  if (!log) {
-    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: cannot open log: %s", log_path,
-                 g_strerror (errno));
-    goto out;
-  }
-
-  long steps = (long) psm_section_int (train, "steps");
-  int B = (int) psm_section_int (train, "batch");
-  long eval_every = (long) psm_section_int (train, "eval_every");
-  long log_every = (long) psm_section_int (train, "log_every");
-  long valid_n = (long) psm_section_int (train, "valid_examples");
-  double clip = psm_section_float (train, "clip_norm");
-  /* the plateau schedule (Merity et al. §5.2): lr times plateau_factor
-   * when a validation is worse than the one before; stop after patience
-   * validations without a new best */
-  double plateau = psm_section_float (psm_pipeline_section (pl, "train.optimizer"), "plateau_factor");
-  long patience = (long) psm_section_int (train, "patience");
-  if (opt->resume && psm_model_streams (m) && !meta.stream) {
-    fprintf (stderr, "psm-run: note: %s holds no state of the training streams (written before checkpoint "
-             "version 4): the streams start again from the first segment, so the resumed run differs from an "
-             "uninterrupted one\n", last);
-  } else if (opt->resume && !psm_model_restore_stream_state (m, meta.stream, B, error)) {
-    g_prefix_error (error, "%s: ", last);
-    goto out;
-  }
-  g_clear_pointer (&meta.stream, g_bytes_unref);
-  PsmGraph *g = psm_model_graph (m);
-  PsmBatch *batch = psm_model_batch (m);
-  PsmProfile *prof = opt->profile ? g_new0 (PsmProfile, 1) : NULL;
-  psm_graph_set_profile (g, prof);
-  GTimer *timer = g_timer_new ();
-  double win_loss = 0.0, win_tokens = 0.0, t_win = 0.0, t_live = 0.0;
-  char line[160];
-  long win_n = 0, start_step = meta.step;
-  if (meta.step >= steps) {
-    if (!opt->quiet)
-      printf ("nothing to train: %s is at step %ld and train.steps is %ld (raise train.steps to go on)\n",
-              last, meta.step, steps);
-    ok = TRUE;
-    goto out_timer;
-  }
-  if (patience > 0 && meta.bad_evals >= patience) {
-    if (!opt->quiet)
-      printf ("nothing to train: %s stopped at step %ld after %ld validations without a new best (raise "
-              "train.patience to go on)\n", last, meta.step, meta.bad_evals);
-    ok = TRUE;
-    goto out_timer;
-  }
-  if (!opt->quiet)
-    printf ("training %s: %ld steps of %d examples, %zu parameters, run folder %s\n",
-            psm_pipeline_file (pl), steps, B, psm_params_size (params), dir);
-
-  for (long step = meta.step; step < steps; step++) {
-    if (!psm_model_train_batch (m, B, &meta.rng, error))
-      goto out_timer;
-    psm_graph_reset (g);
-    PsmTensor *loss = psm_model_loss (m, g, batch);
-    float lv = loss->data[0];
-    if (!isfinite (lv)) {
-      if (opt->progress && !opt->quiet)
-        fprintf (stderr, "\n");
-      g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "step %ld: training loss is %s; training stopped. %s",
-                   step, isnan (lv) ? "NaN" : "infinite", kept = kept_msg (last));
-      goto out_timer;
-    }
-    psm_backward (g, loss);
-    gint64 t_opt = prof ? g_get_monotonic_time () : 0;
-    double gnorm = psm_params_clip (params, clip);
-    if (!isfinite (gnorm)) {
-      g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "step %ld: gradient norm is %s; training stopped. %s",
-                   step, isnan (gnorm) ? "NaN" : "infinite", kept = kept_msg (last));
-      goto out_timer;
-    }
-    psm_optim_step (optim, step);
-    psm_params_zero_grad (params);
-    if (prof) {
-      gint64 now = g_get_monotonic_time ();
-      prof->optim += 1e-6 * (double) (now - t_opt);
-    }
-
-    double tok = 0.0;
-    for (int i = 0; i < batch->T * batch->B; i++)
-      tok += batch->src_mask[i];
-    for (int i = 0; i < batch->Ty * batch->B; i++)
-      tok += batch->tgt_mask[i];
-    win_loss += lv;
-    win_tokens += tok;
-    win_n++;
-    long done = step + 1;
-    double now = g_timer_elapsed (timer, NULL);
-    if (opt->progress && !opt->quiet && now - t_live >= 0.5 && done % log_every != 0) {
-      progress_text (line, sizeof line, done, steps, start_step, now, win_loss / win_n,
-                     now > t_win ? win_tokens / (now - t_win) : 0.0);
-      fprintf (stderr, "\r%s   ", line);
-      t_live = now;
-    }
-    if (done % log_every == 0 || done == steps) {
-      double dt = now - t_win, rate = dt > 0 ? win_tokens / dt : 0.0;
-      progress_text (line, sizeof line, done, steps, start_step, now, win_loss / win_n, rate);
-      char *rec = g_strdup_printf ("{\"step\": %ld, \"split\": \"train\", \"time\": %.3f, \"loss\": %.6g, "
-                                   "\"lr\": %.6g, \"grad_norm\": %.6g, \"tokens_per_s\": %.1f}\n",
-                                   done, now, win_loss / win_n, psm_optim_lr (optim, step), gnorm, rate);
-      gboolean logged = log_append (log, log_path, rec, error);
-      g_free (rec);
-      if (!logged)
-        goto out_timer;
-      if (!opt->quiet) {
-        if (opt->progress)
-          fprintf (stderr, "\r%s   ", line);
-        else
-          printf ("%s\n", line);
-        fflush (stdout);
-      }
-      win_loss = win_tokens = 0.0;
-      win_n = 0;
-      t_win = now;
-    }
-    if (done % eval_every == 0 || done == steps) {
-      /* Sequence models validate on the loss (decoding every validation
-       * would cost more than the training between them). */
-      PsmEvalResult r;
-      PsmEvalOptions vo = { valid_n, FALSE, NULL, NULL, NULL, FALSE };
-      psm_graph_set_profile (g, NULL);   /* training steps only */
-      gboolean evaluated = psm_model_evaluate (m, PSM_SPLIT_VALID, &vo, &r, error);
-      psm_graph_set_profile (g, prof);
-      if (!evaluated)
-        goto out_timer;
-      if (!isfinite (r.loss)) {
-        g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
-                     "step %ld: validation loss is not finite; training stopped. %s", done, kept = kept_msg (last));
-        goto out_timer;
-      }
-      gboolean is_best = better (&r, meta.best_metric, have_best);
-      gboolean worse = !isnan (meta.last_metric) &&
-                       (r.higher_is_better ? r.primary < meta.last_metric : r.primary > meta.last_metric);
-      if (plateau < 1.0 && worse) {
-        meta.lr_scale *= plateau;
-        psm_optim_set_lr_scale (optim, meta.lr_scale);
-      }
-      meta.last_metric = r.primary;
-      meta.bad_evals = is_best ? 0 : meta.bad_evals + 1;
-      gboolean stop = patience > 0 && meta.bad_evals >= patience && done < steps;
-      meta.step = done;
-      if (is_best) {
-        meta.best_metric = r.primary;
-        have_best = TRUE;
-        if (!psm_checkpoint_save (best_path, params, optim, FALSE, &meta, error))
-          goto out_timer;
-      }
-      meta.stream = psm_model_stream_state (m);   /* where the streams stand (LMs) */
-      gboolean saved = psm_checkpoint_save (last, params, optim, TRUE, &meta, error);
-      g_clear_pointer (&meta.stream, g_bytes_unref);
-      if (!saved)
-        goto out_timer;
-      if (opt->progress && !opt->quiet)
-        fprintf (stderr, "\n");
-      if (!opt->quiet)
-        print_eval ("valid", done, &r, is_best);
-      if (!json_eval (log, log_path, done, "valid", g_timer_elapsed (timer, NULL), &r, error))
-        goto out_timer;
-      if (!opt->quiet && plateau < 1.0 && worse)
-        printf ("validation worse than the one before: learning rate now %g\n", psm_optim_lr (optim, done));
-      if (stop) {
-        if (!opt->quiet)
-          printf ("stopping at step %ld: %ld validations without improving on the best (train.patience)\n", done,
-                  meta.bad_evals);
-        steps = done;
-        break;
-      }
-    }
-  }
-  if (!opt->quiet)
-    printf ("trained %ld steps in %.1f s\n", steps - start_step, g_timer_elapsed (timer, NULL));
-  ok = TRUE;
-  if (prof && prof->steps)
-    psm_profile_print (prof, stdout);
-out_timer:
-  g_timer_destroy (timer);
-  psm_graph_set_profile (g, NULL);
-  g_free (prof);
-out:
-  g_clear_pointer (&meta.stream, g_bytes_unref);
-  if (log && fclose (log) != 0 && ok)
-    ok = write_failed (error, log_path);
-  psm_optim_free (optim);
-  g_free (kept);
-  g_free (last);
-  g_free (best_path);
-  g_free (log_path);
-  g_free (cfg_path);
-  return ok;
 }
 
 /* --- two-phase pipelines (continue.*) --- */
@@ -430,7 +147,7 @@ close_phase_one (const PsmPipeline *pl, GError **error)
 }
 
 gboolean
-psm_train_phases (PsmPipeline **pl, PsmModel **m, const PsmTrainOptions *opt, GError **error)
+psm_train_phases (PsmPipeline **pl, PsmModel **m, PsmTrainOptions *opt, GError **error)
 {
   if (!psm_pipeline_has_continue (*pl))
     return psm_train (*m, opt, error);
@@ -439,8 +156,17 @@ psm_train_phases (PsmPipeline **pl, PsmModel **m, const PsmTrainOptions *opt, GE
   g_free (one);
   if (!in_two && !psm_train (*m, opt, error))
     return FALSE;
+  if (opt->stopped)   /* a signal or --stop-after in phase one: it goes on at --resume */
+    return TRUE;
   if (!in_two && !close_phase_one (*pl, error))
     return FALSE;
+  long left = opt->stop_after > 0 ? opt->stop_after - (in_two ? 0 : opt->trained) : 0;
+  if (opt->stop_after > 0 && left <= 0) {
+    opt->stopped = -1;
+    if (!opt->quiet)
+      printf ("stopped at the end of phase one (--stop-after): continue with --resume\n");
+    return TRUE;
+  }
   if (!enter_phase_two (pl, m, FALSE, error))
     return FALSE;
   if (!opt->quiet)
@@ -448,7 +174,11 @@ psm_train_phases (PsmPipeline **pl, PsmModel **m, const PsmTrainOptions *opt, GE
             psm_section_int (psm_pipeline_section (*pl, "continue"), "steps"), psm_pipeline_run_dir (*pl));
   PsmTrainOptions o2 = *opt;
   o2.resume = TRUE;
-  return psm_train (*m, &o2, error);
+  o2.stop_after = left;
+  gboolean ok = psm_train (*m, &o2, error);
+  opt->stopped = o2.stopped;
+  opt->trained += o2.trained;
+  return ok;
 }
 
 gboolean
@@ -497,7 +227,7 @@ close_output (FILE *f, const char *path, gboolean ok, GError **error)
   gboolean written = !ferror (f) && fflush (f) == 0;
   written = fclose (f) == 0 && written;
   if (!written && ok)
-    return write_failed (error, path);
+    return psm_run_write_failed (error, path);
   return ok;
 }
 
@@ -609,7 +339,7 @@ psm_run_eval (PsmModel *m, PsmSplit split, gboolean write_decodes, gboolean json
   ok = close_output (eo.json, json_path, ok, error);
   if (ok) {
     char *what = g_strdup_printf ("%s (%s)", sn, path);
-    print_eval (what, meta.step, &r, FALSE);
+    psm_run_print_eval (what, meta.step, &r, FALSE);
     g_free (what);
     if (seq)
       printf ("%ld articles in %.1f s (%.2f articles/s, beam %d)%s", r.n_examples, r.decode_seconds,
@@ -627,11 +357,11 @@ psm_run_eval (PsmModel *m, PsmSplit split, gboolean write_decodes, gboolean json
     char *log_path = g_build_filename (dir, "log.jsonl", NULL);
     FILE *log = fopen (log_path, "a");
     if (!log) {
-      ok = write_failed (error, log_path);
+      ok = psm_run_write_failed (error, log_path);
     } else {
-      ok = json_eval (log, log_path, meta.step, sn, r.decode_seconds, &r, error);
+      ok = psm_run_json_eval (log, log_path, meta.step, sn, r.decode_seconds, &r, error);
       if (fclose (log) != 0 && ok)
-        ok = write_failed (error, log_path);
+        ok = psm_run_write_failed (error, log_path);
     }
     g_free (log_path);
     if (ok && out_path && seq) {
@@ -671,7 +401,7 @@ psm_run_check (PsmModel *m, GError **error)
 
   /* A few steps on one small batch: the loss must stay finite and fall. */
   PsmOptConfig oc;
-  optim_config (psm_pipeline_section (pl, "train.optimizer"), &oc);
+  psm_run_optim_config (psm_pipeline_section (pl, "train.optimizer"), &oc);
   PsmOptim *optim = psm_optim_new (&oc, params);
   PsmRng rng;
   psm_rng_seed (&rng, (guint64) psm_section_int (train, "seed"));
@@ -720,7 +450,7 @@ psm_run_check (PsmModel *m, GError **error)
     psm_optim_free (optim);
     return check_fail (error, "evaluation produced no finite result");
   }
-  print_eval ("check: valid", steps, &r, FALSE);
+  psm_run_print_eval ("check: valid", steps, &r, FALSE);
 
   /* Checkpoint round-trip through a temporary folder. */
   char *tmpdir = g_dir_make_tmp ("psm-check-XXXXXX", error);

@@ -129,13 +129,34 @@ expect 0 "decode writes outputs" "decodes written to" -- "$run" --mode decode "$
 
 # NaN loss: stop, name the step, keep the last good checkpoint
 export PSM_PLUGIN_PATH="$PSM_PLUGIN_PATH:$fixtures"
-expect 1 "NaN loss stops training and names the step" "step 25: training loss is NaN; training stopped" -- \
+expect 1 "NaN loss stops training and names the step" "step 26: training loss is NaN (first non-finite gradient: embedding.src (7 of 7 parameters)); training stopped" -- \
   "$run" --mode train "$tmp/tiny.cfg" --set "run.dir=$tmp/nan" --set model.head.plugin=nan --set model.head.nan_after=25
 [ -s "$tmp/nan/last.ckpt" ] && ok "the last good checkpoint is there" || bad "the last good checkpoint is there"
 expect 0 "and training resumes from it (step 20, before the NaN)" "resumed .*last.ckpt at step 20" -- \
   "$run" --mode train --resume "$tmp/tiny.cfg" --set "run.dir=$tmp/nan" --set model.head.plugin=nan --set model.head.nan_after=100
-expect 1 "NaN before the first checkpoint says none was written" "step 3: training loss is NaN; training stopped. No checkpoint had been written yet" -- \
+expect 1 "NaN before the first validation keeps the step-0 checkpoint" "step 4: training loss is NaN .*The last good checkpoint (.*nan0/last.ckpt) is intact" -- \
   "$run" --mode train "$tmp/tiny.cfg" --set "run.dir=$tmp/nan0" --set model.head.plugin=nan --set model.head.nan_after=3
+expect 0 "which resumes at step 0" "resumed .*last.ckpt at step 0" -- \
+  "$run" --mode train --resume "$tmp/tiny.cfg" --set "run.dir=$tmp/nan0" --set model.head.plugin=nan --set model.head.nan_after=100
+# train.on_nonfinite: skip the update, or roll back, a bounded number of times
+expect 0 "on_nonfinite = skip skips the update and goes on" "step 13: training loss is NaN (first non-finite gradient: embedding.src .*); update skipped (1 of at most 5)" -- \
+  "$run" --mode train "$tmp/tiny.cfg" --set "run.dir=$tmp/skip" --set model.head.plugin=nan --set model.head.nan_after=12 \
+  --set model.head.nan_count=2 --set train.on_nonfinite=skip
+grep -q "update skipped (2 of at most 5)" "$tmp/out" && grep -q "trained 30 steps" "$tmp/out" && ok "both skipped, training ends" || bad "both skipped, training ends"
+[ "$(grep -c '"event": "nonfinite".*"action": "skip"' "$tmp/skip/log.jsonl")" -eq 2 ] && grep -q '"step": 13, "event": "nonfinite", "what": "loss", "value": "NaN", "first_param": "embedding.src"' "$tmp/skip/log.jsonl" \
+  && ok "each skip is a log record with the step and the first parameter" || bad "each skip is a log record"
+expect 1 "more skips than train.nonfinite_max stop training" "step 15: training loss is NaN .*: 3 non-finite steps, more than train.nonfinite_max = 2 allows; training stopped" -- \
+  "$run" --mode train "$tmp/tiny.cfg" --set "run.dir=$tmp/skipmax" --set model.head.plugin=nan --set model.head.nan_after=12 \
+  --set train.on_nonfinite=skip --set train.nonfinite_max=2
+expect 0 "on_nonfinite = rollback goes back to the last checkpoint with half the learning rate" "back at step 10 from .*rb/last.ckpt, learning rate now 0.005" -- \
+  "$run" --mode train "$tmp/tiny.cfg" --set "run.dir=$tmp/rb" --set model.head.plugin=nan --set model.head.nan_after=13 \
+  --set model.head.nan_count=1 --set train.on_nonfinite=rollback
+grep -q "step 14: training loss is NaN .*; rolled back (1 of at most 5)" "$tmp/out" && grep -q "trained 30 steps" "$tmp/out" && ok "and trains to the end" || bad "rollback trains to the end"
+grep -q '"step": 14, "event": "nonfinite", "what": "loss", "value": "NaN", "first_param": "embedding.src", "params": 7, "action": "rollback", "lr": 0.005' "$tmp/rb/log.jsonl" \
+  && ok "the rollback is a log record" || bad "the rollback is a log record"
+expect 1 "rollbacks are bounded too" "2 non-finite steps, more than train.nonfinite_max = 1 allows" -- \
+  "$run" --mode train "$tmp/tiny.cfg" --set "run.dir=$tmp/rbmax" --set model.head.plugin=nan --set model.head.nan_after=13 \
+  --set train.on_nonfinite=rollback --set train.nonfinite_max=1
 expect 1 "--list names broken plugins on the path" "not a psm plugin" -- "$run" --list
 
 # a task's bad batches are caught by the core, naming the task plugin

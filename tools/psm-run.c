@@ -2,6 +2,7 @@
  * Exit codes: 0 ok, 1 runtime error, 2 usage or config error. */
 #include "config.h"
 #include <locale.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@ static gchar **opt_set;
 static gboolean opt_resume, opt_check, opt_list, opt_quiet, opt_version, opt_json, opt_profile;
 static gchar *opt_mode, *opt_split, *opt_sep, *opt_source, *opt_input;
 static gchar **opt_metric;
+static gint64 opt_stop_after;
 
 static GOptionEntry entries[] = {
   { "set", 's', 0, G_OPTION_ARG_STRING_ARRAY, &opt_set,
@@ -21,6 +23,8 @@ static GOptionEntry entries[] = {
     "all (train, then test; default), train, eval (score the best checkpoint), decode (write its outputs)", "MODE" },
   { "split", 0, 0, G_OPTION_ARG_STRING, &opt_split, "Split for eval/decode: valid or test (default test)", "SPLIT" },
   { "resume", 'r', 0, G_OPTION_ARG_NONE, &opt_resume, "Continue training from the run folder's last checkpoint", NULL },
+  { "stop-after", 0, 0, G_OPTION_ARG_INT64, &opt_stop_after,
+    "Train N updates, write last.ckpt and stop (as SIGTERM does); go on later with --resume", "N" },
   { "check", 0, 0, G_OPTION_ARG_NONE, &opt_check,
     "Parse, validate, build, train a few steps on tiny data, decode, round-trip a checkpoint; write nothing", NULL },
   { "list", 'l', 0, G_OPTION_ARG_NONE, &opt_list, "List every plugin and core section with its parameters", NULL },
@@ -119,6 +123,9 @@ main (int argc, char **argv)
   setlocale (LC_ALL, "");
   setlocale (LC_NUMERIC, "C");
   psm_set_oom_handler (out_of_memory);
+  /* a file-size limit (ulimit -f) is a write error with a message, like a
+   * full disk, not a kill */
+  signal (SIGXFSZ, SIG_IGN);
   GError *e = NULL;
   GOptionContext *ctx = g_option_context_new ("PIPELINE.cfg — train, evaluate and decode a psm pipeline");
   g_option_context_add_main_entries (ctx, entries, NULL);
@@ -178,6 +185,11 @@ main (int argc, char **argv)
     fprintf (stderr, "psm-run: --input goes with --mode decode\n");
     return 2;
   }
+  if (opt_stop_after < 0 || (opt_stop_after > 0 && (opt_check || strcmp (mode, "eval") == 0 ||
+                                                      strcmp (mode, "decode") == 0))) {
+    fprintf (stderr, "psm-run: --stop-after takes a positive number of updates and goes with training\n");
+    return 2;
+  }
   if (opt_resume && opt_check) {
     fprintf (stderr, "psm-run: --resume and --check exclude each other\n");
     return 2;
@@ -194,17 +206,24 @@ main (int argc, char **argv)
     psm_pipeline_free (pl);
     return fail (e);
   }
-  gboolean ok = TRUE;
+  gboolean ok = TRUE, stopped = FALSE;
   if (opt_check) {
     ok = psm_run_check_phases (&pl, &m, &e);
   } else {
     if (strcmp (mode, "all") == 0 || strcmp (mode, "train") == 0) {
-      PsmTrainOptions to = { opt_resume, opt_quiet, isatty (STDERR_FILENO), opt_profile };
+      PsmTrainOptions to = { opt_resume, opt_quiet, isatty (STDERR_FILENO), opt_profile, (long) opt_stop_after, 0, 0 };
       ok = psm_train_phases (&pl, &m, &to, &e);
+      if (ok && to.stopped > 0) {   /* SIGINT/SIGTERM: checkpoint written, exit as the signal would */
+        psm_model_free (m);
+        psm_pipeline_free (pl);
+        g_strfreev (opt_set);
+        return 128 + to.stopped;
+      }
+      stopped = to.stopped != 0;
     } else {
       ok = psm_run_select_phase (&pl, &m, &e);
     }
-    if (ok && strcmp (mode, "all") == 0)
+    if (ok && !stopped && strcmp (mode, "all") == 0)
       ok = psm_run_eval (m, PSM_SPLIT_TEST, psm_model_has_decoder (m), FALSE, &e);   /* + the summaries */
     if (ok && strcmp (mode, "eval") == 0)
       ok = psm_run_eval (m, split, FALSE, FALSE, &e);

@@ -109,6 +109,11 @@ typedef struct {
   gboolean quiet;
   int progress;            /* 1: live line (terminal), 0: log lines */
   gboolean profile;        /* time every op by phase; print the table at the end */
+  long stop_after;         /* write last.ckpt and stop after this many updates (0: never) */
+  /* set by psm_train: why it stopped before train.steps (0: it did not;
+   * SIGINT or SIGTERM; -1: stop_after), and the updates it made */
+  int stopped;
+  long trained;
 } PsmTrainOptions;
 
 GQuark psm_run_error_quark (void);
@@ -119,8 +124,14 @@ typedef enum {
 } PsmRunError;
 
 /* Trains as train.* says, validating every train.eval_every steps and keeping
- * DIR/best.ckpt; DIR/last.ckpt holds the latest state (for --resume). */
-gboolean psm_train (PsmModel *m, const PsmTrainOptions *opt, GError **error);
+ * DIR/best.ckpt; DIR/last.ckpt holds the latest state (for --resume): at
+ * step 0, at each validation, every train.checkpoint_every updates, and
+ * when SIGINT/SIGTERM or opt->stop_after stops the run (opt->stopped says
+ * which). A non-finite loss or gradient stops, skips the update or rolls
+ * back to last.ckpt as train.on_nonfinite says. With opt->resume it
+ * continues last.ckpt bit for bit, after removing what a killed process
+ * left in DIR (temporary files, log records past the checkpoint). */
+gboolean psm_train (PsmModel *m, PsmTrainOptions *opt, GError **error);
 /* Loads DIR/best.ckpt (else last.ckpt) and evaluates split; prints metrics. */
 /* write_decodes: DIR/decode.SPLIT.txt (and, with a decoder, the references
  * in DIR/reference.SPLIT.txt and, with json, DIR/decode.SPLIT.jsonl). */
@@ -140,7 +151,7 @@ gboolean psm_run_check (PsmModel *m, GError **error);
  * run folder stopped. psm_run_select_phase switches to the second phase
  * when the run folder has reached it (for eval and decode).
  * psm_run_check_phases checks both phases. */
-gboolean psm_train_phases (PsmPipeline **pl, PsmModel **m, const PsmTrainOptions *opt, GError **error);
+gboolean psm_train_phases (PsmPipeline **pl, PsmModel **m, PsmTrainOptions *opt, GError **error);
 gboolean psm_run_select_phase (PsmPipeline **pl, PsmModel **m, GError **error);
 gboolean psm_run_check_phases (PsmPipeline **pl, PsmModel **m, GError **error);
 
