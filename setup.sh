@@ -11,7 +11,7 @@ run=yes
 [ "${1:-}" = "--no-run" ] && run=no
 
 pkgs="build-essential autoconf automake libtool pkg-config libglib2.0-dev libconfig-dev
-      libopenblas-openmp-dev check"
+      libopenblas-openmp-dev check libopenmpi-dev openmpi-bin"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

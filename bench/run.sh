@@ -24,7 +24,7 @@ JEMALLOC=$(ls /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 2>/dev/null || true)
 export MALLOC_CONF=${MALLOC_CONF:-dirty_decay_ms:-1,muzzy_decay_ms:-1}
 echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "# threads: $THREADS; BLAS: $(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3)"
-echo "# jemalloc for PyTorch: ${JEMALLOC:-not found} (MALLOC_CONF=$MALLOC_CONF); OpenBLAS kernels: $(PSM_PLUGIN_PATH= "$top/psm" --version | sed 's/.*kernels: \([^)]*\).*/\1/')"
+echo "# jemalloc for PyTorch: ${JEMALLOC:-not found} (MALLOC_CONF=$MALLOC_CONF); OpenBLAS kernels: $(PSM_PLUGIN_PATH= "$top/psm" --version | sed 's/.*kernels: \([^;)]*\).*/\1/')"
 if [ "$WHAT" = all ] || [ "$WHAT" = gru ]; then
 echo
 echo "## (a) matmul forward+backward: psm op vs bare cblas_sgemm"

@@ -78,6 +78,95 @@ psm_batch_reserve (PsmBatch *b, int B, int T, int Ty)
 }
 
 void
+psm_batch_keep_rows (PsmBatch *b, int lo, int n)
+{
+  g_return_if_fail (lo >= 0 && n >= 1 && lo + n <= b->B);
+  int B = b->B;
+  /* in place, step by step: row t's new start t n + j is never past its
+   * old one t B + lo + j */
+#define KEEP(field, steps)                                                     \
+  for (int t = 0; t < (steps); t++)                                            \
+    memmove (b->field + (size_t) t * n, b->field + (size_t) t * B + lo, (size_t) n * sizeof *b->field)
+  KEEP (src, b->T);
+  KEEP (src_ext, b->T);
+  KEEP (src_mask, b->T);
+  KEEP (src_seg, b->T);
+  KEEP (dec_in, b->Ty);
+  KEEP (tgt, b->Ty);
+  KEEP (tgt_ext, b->Ty);
+  KEEP (tgt_mask, b->Ty);
+  KEEP (tgt_switch, b->Ty);
+  KEEP (tgt_loc, b->Ty);
+  KEEP (example_id, 1);
+  KEEP (keep, 1);
+#undef KEEP
+  b->B = n;
+}
+
+void
+psm_batch_share (const PsmBatch *b, int rank, int n, int *lo, int *hi)
+{
+  /* A row's cost: its real source tokens plus 4 times its real target
+   * tokens (a target step runs the decoder cell, attention over the
+   * source and the output layer over the vocabulary; a source token only
+   * the encoder). On the CNN/DM small pipeline with 2 ranks, rank 0 waited
+   * for the other at the allreduce 10 % of a step with the weight 1, 2.5-4 %
+   * with 4 or 8 (bench/mpi.sh, BENCHMARKS.md f). */
+  double total = 0.0, *cum = g_new (double, b->B + 1);
+  cum[0] = 0.0;
+  for (int j = 0; j < b->B; j++) {
+    double c = 0.0;
+    for (int t = 0; t < b->T; t++)
+      c += PSM_AT (b->src_mask, b, t, j);
+    for (int t = 0; t < b->Ty; t++)
+      c += 4.0 * PSM_AT (b->tgt_mask, b, t, j);
+    cum[j + 1] = cum[j] + c;
+  }
+  total = cum[b->B];
+  /* boundary k: the first row where the cost so far reaches k / n of the
+   * total, at least one row per rank */
+  int start = 0, end = 0;
+  for (int k = 1; k <= rank + 1; k++) {
+    start = end;
+    if (k == n) {
+      end = b->B;
+      break;
+    }
+    int i = start + 1;
+    while (i < b->B - (n - k) && cum[i] < total * k / n)
+      i++;
+    end = i;
+  }
+  g_free (cum);
+  *lo = start;
+  *hi = end;
+}
+
+void
+psm_batch_trim (PsmBatch *b)
+{
+  int T = b->T, Ty = b->Ty;
+  while (T > 1) {
+    gboolean real = FALSE;
+    for (int j = 0; j < b->B && !real; j++)
+      real = PSM_AT (b->src_mask, b, T - 1, j) != 0.0f;
+    if (real)
+      break;
+    T--;
+  }
+  while (Ty > 1) {
+    gboolean real = FALSE;
+    for (int j = 0; j < b->B && !real; j++)
+      real = PSM_AT (b->tgt_mask, b, Ty - 1, j) != 0.0f;
+    if (real)
+      break;
+    Ty--;
+  }
+  b->T = T;
+  b->Ty = Ty;
+}
+
+void
 psm_batch_clear (PsmBatch *b)
 {
   g_free (b->src);

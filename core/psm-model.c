@@ -1163,7 +1163,13 @@ psm_model_evaluate (PsmModel *m, PsmSplit split, const PsmEvalOptions *opt, PsmE
   m->carry_mode = 1;
   GArray *recs = m->streams && opt && opt->out ? g_array_new (FALSE, FALSE, sizeof (StreamRec)) : NULL;
   long *row_k = recs ? g_new0 (long, EB) : NULL;
+  /* over MPI ranks, a loss-only evaluation (validation of a sequence model)
+   * is split batch by batch and summed */
+  int nr = psm_dist_size (), rank = psm_dist_rank ();
+  gboolean split_ranks = nr > 1 && m->dk && !score && !m->streams;
   for (long start = 0; ok && (m->streams ? res->n_examples < n : start < n); start += m->streams ? 1 : EB) {
+    if (split_ranks && (start / EB) % nr != rank)
+      continue;
     int B = m->streams ? EB : (int) MIN ((long) EB, n - start);
     if (!m->tk->eval_batch (m->task, split, (int) start, B, &m->batch, error)) {
       ok = FALSE;
@@ -1228,6 +1234,13 @@ psm_model_evaluate (PsmModel *m, PsmSplit split, const PsmEvalOptions *opt, PsmE
   psm_graph_set_grad (g, TRUE);
   if (!ok)
     return FALSE;
+  if (split_ranks) {
+    double sums[3] = { loss_sum, weight, (double) res->n_examples };
+    psm_dist_sum_double (sums, 3);
+    loss_sum = sums[0];
+    weight = sums[1];
+    res->n_examples = (long) sums[2];
+  }
   res->loss = weight > 0 ? loss_sum / weight : 0.0;
   res->mean_gate = gate_n ? gate_sum / gate_n : NAN;
   for (int i = 0; score && i < m->n_metrics; i++) {

@@ -99,6 +99,20 @@ void psm_graph_phase (PsmGraph *g, PsmPhase phase);
 /* Prints the profile as a table: per phase, its ops by time. */
 void psm_profile_print (const PsmProfile *prof, FILE *out);
 
+/* core/psm-dist.c: sums and broadcasts over the MPI ranks (no-ops on one) */
+void psm_dist_sum_float (float *buf, size_t n);
+void psm_dist_sum_double (double *buf, size_t n);
+void psm_dist_bcast (void *buf, size_t bytes);   /* from rank 0 */
+double psm_dist_time (void);
+/* core/psm-batch.c: keeps rows lo .. lo + n - 1 of every [T, B] and [B]
+ * array (B becomes n; T, Ty, the OOV words and candidates stay). */
+void psm_batch_keep_rows (PsmBatch *b, int lo, int n);
+/* Rank rank's rows [*lo, *hi) of n ranks: contiguous, at least one each,
+ * with about equal real tokens (the cost of a row). */
+void psm_batch_share (const PsmBatch *b, int rank, int n, int *lo, int *hi);
+/* Lowers T and Ty to the last step any row uses (after keep_rows). */
+void psm_batch_trim (PsmBatch *b);
+
 /* core/psm-run.c, shared with the training loop (core/psm-train.c) */
 gboolean psm_run_optim_config (const PsmSection *s, PsmOptConfig *c);
 gboolean psm_run_write_failed (GError **error, const char *path);

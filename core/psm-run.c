@@ -414,10 +414,41 @@ psm_run_check (PsmModel *m, GError **error)
   double clip = psm_section_float (train, "clip_norm");
   float first = 0.0f, lastv = 0.0f, best = 0.0f;
   const int steps = 12;
+  /* over MPI, as training does: each rank its share of the batch's rows,
+   * the gradients weighted by it and summed */
+  int nr = psm_dist_size (), rank = psm_dist_rank ();
+  double share = 1.0;
+  size_t P = psm_params_size (params);
+  if (nr > 1) {
+    if (B < nr) {
+      psm_optim_free (optim);
+      return check_fail (error, "the check batch has fewer examples than there are MPI ranks");
+    }
+    int lo, hi;
+    psm_batch_share (batch, rank, nr, &lo, &hi);
+    double all = 0.0, mine = 0.0;
+    for (int i = 0; i < batch->Ty * batch->B; i++) {
+      all += batch->tgt_mask[i];
+      mine += i % batch->B >= lo && i % batch->B < hi ? batch->tgt_mask[i] : 0.0f;
+    }
+    share = all > 0 ? mine / all : 0.0;
+    psm_batch_keep_rows (batch, lo, hi - lo);
+    psm_batch_trim (batch);
+  }
   for (int s = 0; s < steps; s++) {
     psm_graph_reset (g);
     PsmTensor *loss = psm_model_loss (m, g, batch);
-    lastv = loss->data[0];
+    psm_backward (g, loss);
+    double lv = loss->data[0];
+    if (nr > 1) {
+      float *grad = psm_params_grad (params);
+      for (size_t i = 0; i < P; i++)
+        grad[i] *= (float) share;
+      psm_dist_sum_float (grad, P);
+      lv *= share;
+      psm_dist_sum_double (&lv, 1);
+    }
+    lastv = (float) lv;
     if (s == 0)
       first = best = lastv;
     best = MIN (best, lastv);
@@ -425,7 +456,6 @@ psm_run_check (PsmModel *m, GError **error)
       psm_optim_free (optim);
       return check_fail (error, "training loss is not finite");
     }
-    psm_backward (g, loss);
     psm_params_clip (params, clip);
     psm_optim_step (optim, s);
     psm_params_zero_grad (params);
@@ -437,6 +467,18 @@ psm_run_check (PsmModel *m, GError **error)
   if (!(best < first)) {
     psm_optim_free (optim);
     return check_fail (error, "the loss did not fall on a batch it trains on");
+  }
+  if (nr > 1) {   /* every rank must hold rank 0's parameters, bit for bit */
+    float *mine = psm_params_data (params), *zero = g_memdup2 (mine, P * sizeof (float));
+    psm_dist_bcast (zero, P * sizeof (float));
+    double differ = memcmp (zero, mine, P * sizeof (float)) != 0;
+    g_free (zero);
+    psm_dist_sum_double (&differ, 1);
+    if (differ > 0) {
+      psm_optim_free (optim);
+      return check_fail (error, "the MPI ranks' parameters differ after the same updates");
+    }
+    printf ("check: %d MPI ranks, each on its share of the batch: parameters identical on every rank\n", nr);
   }
 
   /* Decode/evaluate the (tiny) validation split. */

@@ -57,10 +57,12 @@ on_stop_signal (int sig)
   stop_signal = sig;
 }
 
-/* Catches SIGINT and SIGTERM for the loop (once: a second one kills as
- * usual, SA_RESETHAND); old receives the previous actions. */
+/* Catches SIGINT, SIGTERM and SIGUSR1 for the loop (once: a second one
+ * acts as usual, SA_RESETHAND); old receives the previous actions. SIGUSR1
+ * is the one mpirun forwards to every rank (it kills the ranks on SIGTERM),
+ * and batch schedulers send before a job's time runs out. */
 static void
-catch_stop_signals (struct sigaction old[2])
+catch_stop_signals (struct sigaction old[3])
 {
   struct sigaction sa;
   memset (&sa, 0, sizeof sa);
@@ -70,13 +72,15 @@ catch_stop_signals (struct sigaction old[2])
   stop_signal = 0;
   sigaction (SIGINT, &sa, &old[0]);
   sigaction (SIGTERM, &sa, &old[1]);
+  sigaction (SIGUSR1, &sa, &old[2]);
 }
 
 static void
-restore_stop_signals (const struct sigaction old[2])
+restore_stop_signals (const struct sigaction old[3])
 {
   sigaction (SIGINT, &old[0], NULL);
   sigaction (SIGTERM, &old[1], NULL);
+  sigaction (SIGUSR1, &old[2], NULL);
 }
 
 /* --- the trainer --- */
@@ -95,6 +99,8 @@ typedef struct {
   PsmCheckpointMeta meta;
   gboolean have_best;
   gboolean rank0;          /* writes logs, checkpoints and outputs */
+  int nranks;              /* MPI ranks sharing every batch */
+  double t_reduce;         /* seconds in the gradient allreduce */
   /* settings */
   long steps, eval_every, log_every, valid_n, patience, ckpt_every;
   int B;
@@ -162,11 +168,45 @@ first_nonfinite_grad (PsmParams *p, int *count)
   return first;
 }
 
+/* Over MPI: every rank takes rank 0's parameters, optimiser state and
+ * schedule (rank 0 alone reads checkpoints: the run folder need not be
+ * shared). */
+static void
+sync_from_rank0 (Trainer *t)
+{
+  if (t->nranks < 2)
+    return;
+  size_t P = psm_params_size (t->params);
+  psm_dist_bcast (psm_params_data (t->params), P * sizeof (float));
+  for (int k = 0; k < psm_optim_n_state (t->optim); k++)
+    psm_dist_bcast (psm_optim_state (t->optim, k), P * sizeof (float));
+  struct {
+    long step, bad_evals;
+    PsmRng rng;
+    double best_metric, lr_scale, last_metric;
+    int have_best;
+  } st = { t->meta.step, t->meta.bad_evals, t->meta.rng, t->meta.best_metric, t->meta.lr_scale,
+           t->meta.last_metric, t->have_best };
+  psm_dist_bcast (&st, sizeof st);
+  t->meta.step = st.step;
+  t->meta.bad_evals = st.bad_evals;
+  t->meta.rng = st.rng;
+  t->meta.best_metric = st.best_metric;
+  t->meta.lr_scale = st.lr_scale;
+  t->meta.last_metric = st.last_metric;
+  t->have_best = st.have_best;
+  psm_optim_set_lr_scale (t->optim, t->meta.lr_scale);
+}
+
 /* Loads last.ckpt back (parameters, optimiser, RNG, streams, schedule)
  * with the learning rate scaled by train.rollback_lr_factor. */
 static gboolean
 roll_back (Trainer *t, GError **error)
 {
+  if (!t->rank0) {   /* rank 0 reads it */
+    sync_from_rank0 (t);
+    return TRUE;
+  }
   PsmCheckpointMeta back = { 0 };
   if (!psm_checkpoint_load (t->last, t->params, t->optim, &back, error))
     return FALSE;
@@ -179,6 +219,7 @@ roll_back (Trainer *t, GError **error)
   back.lr_scale *= t->rollback_factor;
   t->meta = back;
   psm_optim_set_lr_scale (t->optim, t->meta.lr_scale);
+  sync_from_rank0 (t);
   return TRUE;
 }
 
@@ -334,6 +375,25 @@ trainer_settings (Trainer *t)
 static gboolean
 trainer_open (Trainer *t, GError **error)
 {
+  if (t->nranks > 1 && psm_model_streams (t->m)) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_USAGE,
+                 "%s: a language model over streams trains on one MPI rank only for now (its carried state and "
+                 "pointer window are per stream, and the streams are not split over ranks): run it without mpirun",
+                 psm_pipeline_file (t->pl));
+    return FALSE;
+  }
+  if (t->nranks > t->B) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_USAGE,
+                 "train.batch %d is smaller than the %d MPI ranks that share it", t->B, t->nranks);
+    return FALSE;
+  }
+  if (!t->rank0) {   /* rank 0 checks the run folder and reads the checkpoint */
+    PsmOptConfig oc;
+    psm_run_optim_config (psm_pipeline_section (t->pl, "train.optimizer"), &oc);
+    t->optim = psm_optim_new (&oc, t->params);
+    sync_from_rank0 (t);
+    return TRUE;
+  }
   if (!t->opt->resume && g_file_test (t->last, G_FILE_TEST_EXISTS)) {
     g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_USAGE,
                  "%s: run folder already holds a run; continue it with --resume, or choose another with --set run.dir=...",
@@ -387,6 +447,7 @@ trainer_open (Trainer *t, GError **error)
       return FALSE;
     }
   }
+  sync_from_rank0 (t);
   /* a run killed before its first validation still resumes, and a
    * rollback always has somewhere to go */
   return t->opt->resume || save_last (t, error);
@@ -506,16 +567,52 @@ trainer_loop (Trainer *t, PsmProfile *prof, GError **error)
   while (step < t->steps) {
     if (!psm_model_train_batch (t->m, t->B, &t->meta.rng, error))
       return FALSE;
+    double tokens = batch_tokens (batch);
+    double share = 1.0;   /* this rank's part of the batch's target words */
+    if (t->nranks > 1) {
+      /* every rank drew the same global batch; each trains a contiguous
+       * share of its rows with about as many real tokens as the others
+       * (the ranks wait for the slowest at the allreduce). A head's loss
+       * is the mean over its rows' target words: weighting by the share
+       * of them makes the summed gradient the global batch's. */
+      double all = 0.0, mine = 0.0;
+      int lo, hi;
+      psm_batch_share (batch, psm_dist_rank (), t->nranks, &lo, &hi);
+      for (int i = 0; i < batch->Ty * batch->B; i++) {
+        int row = i % batch->B;
+        all += batch->tgt_mask[i];
+        if (row >= lo && row < hi)
+          mine += batch->tgt_mask[i];
+      }
+      share = all > 0 ? mine / all : 0.0;
+      psm_batch_keep_rows (batch, lo, hi - lo);
+      psm_batch_trim (batch);   /* the share's own longest row */
+    }
     psm_graph_reset (g);
     PsmTensor *loss = psm_model_loss (t->m, g, batch);
-    float lv = loss->data[0];
+    psm_backward (g, loss);
+    double lv = loss->data[0];
+    gboolean stop_req = stop_signal != 0;
+    if (t->nranks > 1) {
+      double t0 = psm_dist_time ();
+      float *grad = psm_params_grad (t->params);
+      size_t P = psm_params_size (t->params);
+      for (size_t i = 0; i < P; i++)
+        grad[i] *= (float) share;
+      psm_dist_sum_float (grad, P);
+      /* the global loss, and whether any rank was asked to stop (all stop
+       * at the same update) */
+      double red[2] = { lv * share, stop_signal ? 1.0 : 0.0 };
+      psm_dist_sum_double (red, 2);
+      lv = red[0];
+      stop_req = red[1] > 0;
+      t->t_reduce += psm_dist_time () - t0;
+    }
     if (!isfinite (lv)) {
-      psm_backward (g, loss);   /* to name the first parameter it reaches */
       if (!on_nonfinite (t, step, "loss", lv, &step, error))
         return FALSE;
       continue;
     }
-    psm_backward (g, loss);
     gint64 t_opt = prof ? g_get_monotonic_time () : 0;
     double gnorm = psm_params_clip (t->params, t->clip);
     if (!isfinite (gnorm)) {
@@ -529,7 +626,7 @@ trainer_loop (Trainer *t, PsmProfile *prof, GError **error)
       prof->optim += 1e-6 * (double) (g_get_monotonic_time () - t_opt);
 
     long done = ++step;
-    if (!log_progress (t, done, lv, batch_tokens (batch), gnorm, error))
+    if (!log_progress (t, done, lv, tokens, gnorm, error))
       return FALSE;
     gboolean saved = FALSE;
     if (done % t->eval_every == 0 || done == t->steps) {
@@ -559,7 +656,7 @@ trainer_loop (Trainer *t, PsmProfile *prof, GError **error)
         break;
       }
     }
-    gboolean stop_now = stop_signal || done == stop_at;
+    gboolean stop_now = stop_req || done == stop_at;
     if (!saved && (stop_now || (t->ckpt_every > 0 && done % t->ckpt_every == 0))) {
       t->meta.step = done;
       if (!save_last (t, error))
@@ -568,10 +665,12 @@ trainer_loop (Trainer *t, PsmProfile *prof, GError **error)
     if (stop_now && done < t->steps) {
       if (t->opt->progress && !t->opt->quiet)
         fprintf (stderr, "\n");
-      t->opt->stopped = stop_signal ? (int) stop_signal : -1;
-      if (!t->opt->quiet || stop_signal)
+      int sig = stop_signal ? (int) stop_signal : stop_req ? SIGTERM : 0;   /* another rank's */
+      t->opt->stopped = sig ? sig : -1;
+      if (t->rank0 && (!t->opt->quiet || sig))
         printf ("stopped at step %ld (%s): %s written; continue with --resume\n", done,
-                stop_signal == SIGINT ? "SIGINT" : stop_signal == SIGTERM ? "SIGTERM" : "--stop-after", t->last);
+                sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "--stop-after",
+                t->last);
       t->steps = done;
       break;
     }
@@ -592,10 +691,11 @@ psm_train (PsmModel *m, PsmTrainOptions *opt, GError **error)
   t->best_path = g_build_filename (t->dir, "best.ckpt", NULL);
   t->log_path = g_build_filename (t->dir, "log.jsonl", NULL);
   t->cfg_path = g_build_filename (t->dir, "pipeline.cfg", NULL);
-  t->rank0 = TRUE;
+  t->rank0 = psm_dist_rank () == 0;
+  t->nranks = psm_dist_size ();
   opt->stopped = 0;
   trainer_settings (t);
-  struct sigaction old[2];
+  struct sigaction old[3];
   catch_stop_signals (old);
   gboolean ok = trainer_open (t, error);
   if (!ok)
@@ -622,8 +722,14 @@ psm_train (PsmModel *m, PsmTrainOptions *opt, GError **error)
   t->timer = g_timer_new ();
   ok = trainer_loop (t, prof, error);
   opt->trained = t->steps - t->start_step;
-  if (ok && !opt->quiet)
-    printf ("trained %ld steps in %.1f s\n", t->steps - t->start_step, g_timer_elapsed (t->timer, NULL));
+  if (ok && !opt->quiet) {
+    double secs = g_timer_elapsed (t->timer, NULL);
+    printf ("trained %ld steps in %.1f s\n", t->steps - t->start_step, secs);
+    if (t->nranks > 1)
+      printf ("%d MPI ranks: %.3f s a step in the gradient allreduce (%zu floats), %.1f %% of the training time\n",
+              t->nranks, t->t_reduce / MAX (t->steps - t->start_step, 1), psm_params_size (t->params),
+              100.0 * t->t_reduce / MAX (secs, 1e-9));
+  }
   if (ok && prof && prof->steps)
     psm_profile_print (prof, stdout);
   g_timer_destroy (t->timer);

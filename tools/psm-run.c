@@ -112,13 +112,35 @@ fail (GError *e)
   gboolean usage = e->domain == PSM_CONFIG_ERROR || e->domain == PSM_PLUGIN_ERROR ||
                    (e->domain == PSM_RUN_ERROR && e->code == PSM_RUN_ERROR_USAGE) ||
                    e->domain == G_OPTION_ERROR;
-  fprintf (stderr, "psm-run: %s\n", e->message);
+  if (psm_dist_size () > 1)
+    fprintf (stderr, "psm-run: rank %d of %d: %s\n", psm_dist_rank (), psm_dist_size (), e->message);
+  else
+    fprintf (stderr, "psm-run: %s\n", e->message);
   g_error_free (e);
   return usage ? 2 : 1;
 }
 
+static int run (int argc, char **argv);
+
+/* Under mpirun: one rank's failure ends the whole job (the others would
+ * wait for it in the next allreduce); rank 0 alone prints results. */
 int
 main (int argc, char **argv)
+{
+  GError *e = NULL;
+  if (!psm_dist_init (&argc, &argv, &e))
+    return fail (e);
+  if (psm_dist_rank () != 0 && !freopen ("/dev/null", "w", stdout))
+    return 1;
+  int rc = run (argc, argv);
+  if (rc == 1 || rc == 2)   /* an error; 128 + N: stopped by signal N, checkpoint written */
+    psm_dist_abort (rc);
+  psm_dist_finalize ();
+  return rc;
+}
+
+static int
+run (int argc, char **argv)
 {
   setlocale (LC_ALL, "");
   setlocale (LC_NUMERIC, "C");
@@ -144,8 +166,13 @@ main (int argc, char **argv)
   }
   g_option_context_free (ctx);
   if (opt_version) {
-    printf ("psm-run %s (plugin ABI %d.%d; OpenBLAS kernels: %s)\n", PACKAGE_VERSION, PSM_ABI_MAJOR,
-            PSM_ABI_MINOR, openblas_get_corename ());
+#ifdef HAVE_MPI
+    const char *mpi = "MPI: yes";
+#else
+    const char *mpi = "MPI: no";
+#endif
+    printf ("psm-run %s (plugin ABI %d.%d; OpenBLAS kernels: %s; %s)\n", PACKAGE_VERSION, PSM_ABI_MAJOR,
+            PSM_ABI_MINOR, openblas_get_corename (), mpi);
     return 0;
   }
   if (opt_list)
@@ -195,6 +222,10 @@ main (int argc, char **argv)
     return 2;
   }
 
+  /* rank 0 alone evaluates, decodes and writes outputs */
+  gboolean training = opt_check || strcmp (mode, "all") == 0 || strcmp (mode, "train") == 0;
+  if (psm_dist_rank () != 0 && !training)
+    return 0;
   PsmPipeline *pl = psm_pipeline_load (argv[1], (const char *const *) opt_set, &e);
   if (!pl)
     return fail (e);
@@ -211,7 +242,8 @@ main (int argc, char **argv)
     ok = psm_run_check_phases (&pl, &m, &e);
   } else {
     if (strcmp (mode, "all") == 0 || strcmp (mode, "train") == 0) {
-      PsmTrainOptions to = { opt_resume, opt_quiet, isatty (STDERR_FILENO), opt_profile, (long) opt_stop_after, 0, 0 };
+      gboolean quiet = opt_quiet || psm_dist_rank () != 0;
+      PsmTrainOptions to = { opt_resume, quiet, !quiet && isatty (STDERR_FILENO), opt_profile, (long) opt_stop_after, 0, 0 };
       ok = psm_train_phases (&pl, &m, &to, &e);
       if (ok && to.stopped > 0) {   /* SIGINT/SIGTERM: checkpoint written, exit as the signal would */
         psm_model_free (m);
@@ -223,7 +255,7 @@ main (int argc, char **argv)
     } else {
       ok = psm_run_select_phase (&pl, &m, &e);
     }
-    if (ok && !stopped && strcmp (mode, "all") == 0)
+    if (ok && !stopped && psm_dist_rank () == 0 && strcmp (mode, "all") == 0)
       ok = psm_run_eval (m, PSM_SPLIT_TEST, psm_model_has_decoder (m), FALSE, &e);   /* + the summaries */
     if (ok && strcmp (mode, "eval") == 0)
       ok = psm_run_eval (m, split, FALSE, FALSE, &e);

@@ -116,6 +116,18 @@ typedef struct {
   long trained;
 } PsmTrainOptions;
 
+/* ---- data parallelism over MPI (core/psm-dist.c) ---- */
+/* Joins the MPI job when the process was started by mpirun (or another
+ * launcher that says so in the environment); otherwise one rank of one.
+ * Without MPI support, refuses a start as one of several ranks. */
+gboolean psm_dist_init (int *argc, char ***argv, GError **error);
+int psm_dist_rank (void);
+int psm_dist_size (void);
+void psm_dist_finalize (void);
+/* Ends every rank of the job with code (one rank's error must not leave
+ * the others waiting in a collective); returns only on one rank. */
+void psm_dist_abort (int code);
+
 GQuark psm_run_error_quark (void);
 #define PSM_RUN_ERROR psm_run_error_quark ()
 typedef enum {
