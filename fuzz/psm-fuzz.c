@@ -1,0 +1,306 @@
+/* psm-fuzz.c — fuzz targets for everything psm reads from outside: the
+ * pipeline reader with --set overrides, the checkpoint reader, and the task
+ * plugins' data readers (CNN/DailyMail jsonl and .source/.target, the
+ * headline task's article/title files, PTB/WikiText, the NMT lexicon TSV).
+ *
+ * Each target takes one input, writes it where the reader expects a file,
+ * reads it, and on success exercises what was read (examples counted,
+ * batches drawn); errors are expected, crashes, hangs and sanitizer
+ * reports are bugs. Built two ways: with libFuzzer (fuzz/run.sh, a clang
+ * build with -fsanitize=fuzzer), one binary per target chosen by
+ * PSM_FUZZ_TARGET; and into tests/fuzz-replay, which make check runs over
+ * the kept corpus fuzz/corpus/TARGET/ (found inputs become regression
+ * inputs). */
+#include "config.h"
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <glib/gstdio.h>
+#include <libconfig.h>
+#include <psm/psm.h>
+#include "psm/psm-pipeline.h"
+#include "psm-config-private.h"
+#include "psm-fuzz.h"
+
+static char *dir;   /* this process's files */
+
+static void
+remove_dir (void)
+{
+  GDir *d = dir ? g_dir_open (dir, 0, NULL) : NULL;
+  const char *name;
+  while (d && (name = g_dir_read_name (d))) {
+    char *p = g_build_filename (dir, name, NULL);
+    g_unlink (p);
+    g_free (p);
+  }
+  if (d)
+    g_dir_close (d);
+  if (dir)
+    g_rmdir (dir);
+}
+
+static char *
+path_of (const char *name)
+{
+  if (!dir) {
+    dir = g_dir_make_tmp ("psm-fuzz-XXXXXX", NULL);
+    if (!dir)
+      abort ();
+    atexit (remove_dir);
+  }
+  return g_build_filename (dir, name, NULL);
+}
+
+/* Writes data to name in the folder; the path (g_free). */
+static char *
+put (const char *name, const void *data, size_t n)
+{
+  char *p = path_of (name);
+  FILE *f = fopen (p, "wb");   /* (not g_file_set_contents: it syncs) */
+  if (!f || (n && fwrite (data, 1, n, f) != n) || fclose (f) != 0)
+    abort ();
+  return p;
+}
+
+/* The part of an input before the first "\n%%\n" (*rest: after it, or
+ * NULL). */
+static char *
+split_input (const uint8_t *d, size_t n, char **rest)
+{
+  char *s = g_strndup ((const char *) d, n);   /* stops at a NUL: fine for text */
+  char *cut = strstr (s, "\n%%\n");
+  *rest = NULL;
+  if (cut) {
+    *cut = '\0';
+    *rest = cut + 4;
+  }
+  return s;
+}
+
+/* --- pipeline: the file, then "\n%%\n" and one --set assignment a line --- */
+static int
+psm_fuzz_pipeline (const uint8_t *d, size_t n)
+{
+  char *sets_text;
+  char *text = split_input (d, n, &sets_text);
+  char *p = put ("fuzz.cfg", text, strlen (text));
+  char **sets = sets_text ? g_strsplit (sets_text, "\n", 16) : NULL;
+  GError *e = NULL;
+  PsmPipeline *pl = psm_pipeline_load (p, (const char *const *) sets, &e);
+  if (pl) {
+    for (guint i = 0; psm_pipeline_note (pl, i); i++)
+      (void) strlen (psm_pipeline_note (pl, i));
+    (void) psm_pipeline_run_dir (pl);
+    psm_pipeline_free (pl);
+  }
+  g_clear_error (&e);
+  g_strfreev (sets);
+  g_free (p);
+  g_free (text);
+  return 0;
+}
+
+/* --- checkpoint: against a fixed small model with Adam state --- */
+static PsmParams *ck_params;
+static PsmOptim *ck_optim;
+
+static void
+checkpoint_model (void)
+{
+  if (ck_params)
+    return;
+  ck_params = psm_params_new ();
+  int a[2] = { 3, 4 }, b[1] = { 4 }, c[2] = { 2, 5 };
+  psm_params_add (ck_params, "enc.w", 2, a, PSM_INIT_XAVIER, 0);
+  psm_params_add (ck_params, "enc.b", 1, b, PSM_INIT_ZEROS, 0);
+  psm_params_add (ck_params, "head.w", 2, c, PSM_INIT_NORMAL, 0.1f);
+  PsmRng rng;
+  psm_rng_seed (&rng, 1);
+  if (!psm_params_finalize (ck_params, &rng, NULL))
+    abort ();
+  PsmOptConfig oc = { PSM_OPT_ADAM, 0.01, 0.9, 0.999, 1e-8, 0.1, 0.95, 0, 0 };
+  ck_optim = psm_optim_new (&oc, ck_params);
+}
+
+static int
+psm_fuzz_checkpoint (const uint8_t *d, size_t n)
+{
+  checkpoint_model ();
+  char *p = put ("fuzz.ckpt", d, n);
+  PsmCheckpointMeta meta = { 0 };
+  GError *e = NULL;
+  if (psm_checkpoint_load (p, ck_params, ck_optim, &meta, &e))
+    g_clear_pointer (&meta.stream, g_bytes_unref);
+  g_clear_error (&e);
+  PsmCheckpointMeta meta2 = { 0 };   /* and as evaluation reads it: without optimiser */
+  if (psm_checkpoint_load (p, ck_params, NULL, &meta2, &e))
+    g_clear_pointer (&meta2.stream, g_bytes_unref);
+  g_clear_error (&e);
+  g_free (p);
+  return 0;
+}
+
+void
+psm_fuzz_write_checkpoint_seed (const char *path)
+{
+  checkpoint_model ();
+  PsmCheckpointMeta meta = { 7, { { 1, 2, 3, 4 } }, 0.5, 1.0, 0.6, 1, NULL };
+  GError *e = NULL;
+  if (!psm_checkpoint_save (path, ck_params, ck_optim, TRUE, &meta, &e)) {
+    fprintf (stderr, "%s\n", e->message);
+    exit (1);
+  }
+}
+
+/* --- tasks --- */
+
+/* Creates task plugin name from the section body cfg, and if it reads
+ * its files, counts and draws a few batches of each split. */
+static void
+run_task (const char *name, const char *cfg)
+{
+  GError *e = NULL;
+  const PsmPlugin *pl = psm_plugin_find (PSM_KIND_TASK, name, &e);
+  if (!pl) {
+    fprintf (stderr, "psm-fuzz: %s\n", e->message);
+    abort ();
+  }
+  const PsmTaskClass *k = pl->desc->klass;
+  config_t c;
+  config_init (&c);
+  char *full = g_strdup_printf ("s = {\n%s\n};\n", cfg);
+  if (!config_read_string (&c, full))
+    abort ();
+  g_free (full);
+  config_setting_t *grp = config_lookup (&c, "s");
+  GPtrArray *errs = g_ptr_array_new_with_free_func (g_free);
+  const char *extra[] = { "plugin", NULL };
+  psm_validate_group ("fuzz.cfg", grp, "task", pl->desc->params, extra, errs);
+  if (errs->len == 0) {
+    PsmSection *sec = psm_section_new (pl->desc->params, grp, "task", "fuzz.cfg");
+    PsmTaskCtx ctx = { sizeof ctx, 1, FALSE, NULL, FALSE };
+    void *t = k->create (sec, &ctx, &e);
+    if (t) {
+      PsmTaskInfo info;
+      memset (&info, 0, sizeof info);
+      info.size = sizeof info;
+      k->info (t, &info);
+      PsmBatch b;
+      psm_batch_init (&b);
+      PsmRng rng;
+      psm_rng_seed (&rng, 3);
+      if (k->n_examples (t, PSM_SPLIT_TRAIN) > 0 || info.streams)
+        for (int i = 0; i < 3; i++)
+          if (!k->train_batch (t, 2, &rng, &b, &e)) {
+            g_clear_error (&e);
+            break;
+          }
+      for (int s = PSM_SPLIT_VALID; s <= PSM_SPLIT_TEST; s++) {
+        long n = k->n_examples (t, (PsmSplit) s);
+        if ((n > 0 || info.streams) && !k->eval_batch (t, (PsmSplit) s, 0, (int) MIN (MAX (n, 1), 3), &b, &e))
+          g_clear_error (&e);
+      }
+      psm_batch_clear (&b);
+      k->destroy (t);
+    }
+    g_clear_error (&e);
+    psm_section_free (sec);
+  }
+  g_ptr_array_unref (errs);
+  config_destroy (&c);
+}
+
+static int
+psm_fuzz_cnndm_jsonl (const uint8_t *d, size_t n)
+{
+  char *p = put ("train.jsonl", d, n);
+  char *cfg = g_strdup_printf ("plugin = \"cnndm\"; train = \"%s\"; valid = \"%s\"; vocab = 20; max_src = 8; "
+                               "max_tgt = 4;", p, p);
+  run_task ("cnndm", cfg);
+  g_free (cfg);
+  g_free (p);
+  return 0;
+}
+
+/* .source, then "\n%%\n" and the .target */
+static int
+psm_fuzz_cnndm_lines (const uint8_t *d, size_t n)
+{
+  char *tgt;
+  char *src = split_input (d, n, &tgt);
+  char *ps = put ("train.source", src, strlen (src));
+  char *pt = put ("train.target", tgt ? tgt : "", tgt ? strlen (tgt) : 0);
+  char *cfg = g_strdup_printf ("plugin = \"cnndm\"; train = \"%s\"; valid = \"%s\"; vocab = 20; max_src = 8; "
+                               "max_tgt = 4;", ps, ps);
+  run_task ("cnndm", cfg);
+  g_free (cfg);
+  g_free (ps);
+  g_free (pt);
+  g_free (src);
+  return 0;
+}
+
+/* article lines, then "\n%%\n" and the title lines */
+static int
+psm_fuzz_headline (const uint8_t *d, size_t n)
+{
+  char *title;
+  char *art = split_input (d, n, &title);
+  char *pa = put ("train.article.txt", art, strlen (art));
+  char *pt = put ("train.title.txt", title ? title : "", title ? strlen (title) : 0);
+  char *cfg = g_strdup_printf ("plugin = \"headline\"; train = \"%s\"; valid = \"%s\"; test = \"%s\"; "
+                               "min_count = 1; src_vocab = 30; tgt_vocab = 20; max_src = 8; max_tgt = 4; "
+                               "sentences = 2;", pa, pa, pa);
+  run_task ("headline", cfg);
+  g_free (cfg);
+  g_free (pa);
+  g_free (pt);
+  g_free (art);
+  return 0;
+}
+
+/* PTB's and WikiText's format (one reader): the input is all three splits */
+static int
+psm_fuzz_lm (const uint8_t *d, size_t n)
+{
+  char *p = put ("wiki.train.tokens", d, n);
+  char *cfg = g_strdup_printf ("plugin = \"lm\"; train = \"%s\"; valid = \"%s\"; test = \"%s\"; bptt = 3;", p, p, p);
+  run_task ("lm", cfg);
+  g_free (cfg);
+  g_free (p);
+  return 0;
+}
+
+/* the lexicon TSV, with a fixed small parallel corpus */
+static int
+psm_fuzz_nmt_lexicon (const uint8_t *d, size_t n)
+{
+  static char *prefix;
+  if (!prefix) {
+    const char *en = "the cat sat .\na dog ran .\n", *fr = "le chat assis .\nun chien courait .\n";
+    g_free (put ("par.en", en, strlen (en)));
+    g_free (put ("par.fr", fr, strlen (fr)));
+    prefix = path_of ("par");
+  }
+  char *p = put ("lexicon.tsv", d, n);
+  char *cfg = g_strdup_printf ("plugin = \"nmt\"; train = \"%s\"; valid = \"%s\"; test = \"%s\"; src_vocab = 8; "
+                               "tgt_vocab = 8; lexicon = \"%s\"; translate = true; decode_lexicon = \"%s\";",
+                               prefix, prefix, prefix, p, p);
+  run_task ("nmt", cfg);
+  g_free (cfg);
+  g_free (p);
+  return 0;
+}
+
+const PsmFuzzTarget psm_fuzz_targets[] = {
+  { "pipeline", psm_fuzz_pipeline },
+  { "checkpoint", psm_fuzz_checkpoint },
+  { "cnndm_jsonl", psm_fuzz_cnndm_jsonl },
+  { "cnndm_lines", psm_fuzz_cnndm_lines },
+  { "headline", psm_fuzz_headline },
+  { "lm", psm_fuzz_lm },
+  { "nmt_lexicon", psm_fuzz_nmt_lexicon },
+  { NULL, NULL }
+};
