@@ -1,6 +1,7 @@
 /* psm-graph.c — arena, tensors and the reverse-mode tape. */
 #include "config.h"
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
 #include "psm-private.h"
@@ -534,6 +535,60 @@ psm_graph_record (PsmGraph *g, PsmOpKind op, PsmTensor *out, int n_in, PsmTensor
   return nd;
 }
 
+/* Mutation testing of the gradient checks (tests/mutation.sh): with
+ * PSM_MUTATE_BACKWARD=NAME in the environment, the backward of op NAME
+ * adds 1 + PSM_MUTATE_SCALE (default 0.01) times what it should to its
+ * inputs' gradients: a 1 % error the checks must catch. Unset, one
+ * comparison per node. */
+int
+psm_mutant_op (void)
+{
+  static int op = -2;
+  if (G_UNLIKELY (op == -2)) {
+    const char *name = g_getenv ("PSM_MUTATE_BACKWARD");
+    op = -1;
+    for (int k = 0; name && k < PSM_OP_COUNT; k++)
+      if (strcmp (psm_op_table[k].name, name) == 0)
+        op = k;
+  }
+  return op;
+}
+
+static void
+mutated_backward (PsmNode *nd)
+{
+  static gboolean marked;
+  const char *mark = g_getenv ("PSM_MUTATE_MARK");   /* a file: "the mutant ran" */
+  if (mark && !marked) {
+    FILE *f = fopen (mark, "a");
+    if (f) {
+      fputs ("ran\n", f);
+      fclose (f);
+    }
+    marked = TRUE;
+  }
+  const char *sc = g_getenv ("PSM_MUTATE_SCALE");
+  float extra = sc ? (float) g_ascii_strtod (sc, NULL) : 0.01f;
+  float *before[PSM_NODE_MAX_IN] = { NULL };
+  for (int k = 0; k < PSM_NODE_MAX_IN; k++) {
+    PsmTensor *t = nd->in[k];
+    gboolean seen = FALSE;
+    for (int j = 0; j < k; j++)
+      seen |= nd->in[j] && t && nd->in[j]->grad == t->grad;
+    if (t && t->grad && !seen)
+      before[k] = g_memdup2 (t->grad, t->n * sizeof (float));
+  }
+  psm_op_table[nd->op].backward (nd);
+  for (int k = 0; k < PSM_NODE_MAX_IN; k++) {
+    if (!before[k])
+      continue;
+    float *gr = nd->in[k]->grad;
+    for (size_t i = 0; i < nd->in[k]->n; i++)
+      gr[i] += extra * (gr[i] - before[k][i]);
+    g_free (before[k]);
+  }
+}
+
 void
 psm_backward (PsmGraph *g, PsmTensor *loss)
 {
@@ -553,8 +608,12 @@ psm_backward (PsmGraph *g, PsmTensor *loss)
     g->prof->steps++;
     return;
   }
+  int mutant = psm_mutant_op ();
   for (size_t i = g->n_nodes; i-- > 0;) {
     PsmNode *nd = g->nodes[i];
-    psm_op_table[nd->op].backward (nd);
+    if (G_UNLIKELY ((int) nd->op == mutant))
+      mutated_backward (nd);
+    else
+      psm_op_table[nd->op].backward (nd);
   }
 }

@@ -78,6 +78,8 @@ typedef struct {
 } PsmOpInfo;
 
 extern const PsmOpInfo psm_op_table[PSM_OP_COUNT];
+/* The op whose backward PSM_MUTATE_BACKWARD names (-1: none); psm-graph.c. */
+int psm_mutant_op (void);
 
 /* Profiling (psm-run --profile, bench/bench-see): the model marks the phase
  * of a step it is in; a graph with a profile attached adds the wall time
