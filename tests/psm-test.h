@@ -21,6 +21,11 @@ typedef PsmTensor *(*PsmLossFn) (PsmGraph *g, void *ud);
 double psm_test_gradcheck (const char *what, PsmLossFn f, void *ud, float *x, float *gx, size_t n,
                            float eps, double atol, double rtol, int max_checks);
 
+/* psm_test_gradcheck on each parameter of p in turn (its own gradient:
+ * a 1 % error in the part of the graph only one parameter reaches is not
+ * diluted by the others). */
+double psm_test_gradcheck_params (const char *what, PsmLossFn f, void *ud, PsmParams *p, float eps, double atol,
+                                  double rtol, int max_checks);
 /* Fills x with U(-a, a). */
 void psm_test_fill (float *x, size_t n, float a, PsmRng *rng);
 /* L = sum_i r_i y_i with fixed pseudo-random r: a generic scalar of y. */

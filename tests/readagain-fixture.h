@@ -87,8 +87,7 @@ gradients (const char *cfg, gboolean two)
 {
   Fix f;
   setup (&f, cfg, two);
-  psm_test_gradcheck (cfg, f_loss, &f, psm_params_data (f.params), psm_params_grad (f.params),
-                      psm_params_size (f.params), 5e-3f, 2e-3, 2e-2, 600);
+  psm_test_gradcheck_params (cfg, f_loss, &f, f.params, 5e-3f, 2e-3, 2e-2, 200);
   psm_test_gradcheck (cfg, f_loss, &f, f.emb, f.gemb, T * B * E, 5e-3f, 2e-3, 2e-2, 400);
   teardown (&f);
 }
