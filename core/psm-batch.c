@@ -142,6 +142,23 @@ psm_batch_share (const PsmBatch *b, int rank, int n, int *lo, int *hi)
   *hi = end;
 }
 
+double
+psm_batch_take_share (PsmBatch *b, int rank, int n)
+{
+  int lo, hi;
+  psm_batch_share (b, rank, n, &lo, &hi);
+  double all = 0.0, mine = 0.0;
+  for (int t = 0; t < b->Ty; t++)
+    for (int j = 0; j < b->B; j++) {
+      float w = PSM_AT (b->tgt_mask, b, t, j);
+      all += w;
+      mine += j >= lo && j < hi ? w : 0.0f;
+    }
+  psm_batch_keep_rows (b, lo, hi - lo);
+  psm_batch_trim (b);   /* the share's own longest row */
+  return all > 0 ? mine / all : 0.0;
+}
+
 void
 psm_batch_trim (PsmBatch *b)
 {

@@ -114,6 +114,9 @@ void psm_batch_keep_rows (PsmBatch *b, int lo, int n);
 void psm_batch_share (const PsmBatch *b, int rank, int n, int *lo, int *hi);
 /* Lowers T and Ty to the last step any row uses (after keep_rows). */
 void psm_batch_trim (PsmBatch *b);
+/* Keeps rank's share of the rows (psm_batch_share, keep_rows, trim); its
+ * part of the batch's real target words, the weight of its gradient. */
+double psm_batch_take_share (PsmBatch *b, int rank, int n);
 
 /* core/psm-run.c, shared with the training loop (core/psm-train.c) */
 gboolean psm_run_optim_config (const PsmSection *s, PsmOptConfig *c);

@@ -424,16 +424,7 @@ psm_run_check (PsmModel *m, GError **error)
       psm_optim_free (optim);
       return check_fail (error, "the check batch has fewer examples than there are MPI ranks");
     }
-    int lo, hi;
-    psm_batch_share (batch, rank, nr, &lo, &hi);
-    double all = 0.0, mine = 0.0;
-    for (int i = 0; i < batch->Ty * batch->B; i++) {
-      all += batch->tgt_mask[i];
-      mine += i % batch->B >= lo && i % batch->B < hi ? batch->tgt_mask[i] : 0.0f;
-    }
-    share = all > 0 ? mine / all : 0.0;
-    psm_batch_keep_rows (batch, lo, hi - lo);
-    psm_batch_trim (batch);
+    share = psm_batch_take_share (batch, rank, nr);
   }
   for (int s = 0; s < steps; s++) {
     psm_graph_reset (g);

@@ -575,18 +575,7 @@ trainer_loop (Trainer *t, PsmProfile *prof, GError **error)
        * (the ranks wait for the slowest at the allreduce). A head's loss
        * is the mean over its rows' target words: weighting by the share
        * of them makes the summed gradient the global batch's. */
-      double all = 0.0, mine = 0.0;
-      int lo, hi;
-      psm_batch_share (batch, psm_dist_rank (), t->nranks, &lo, &hi);
-      for (int i = 0; i < batch->Ty * batch->B; i++) {
-        int row = i % batch->B;
-        all += batch->tgt_mask[i];
-        if (row >= lo && row < hi)
-          mine += batch->tgt_mask[i];
-      }
-      share = all > 0 ? mine / all : 0.0;
-      psm_batch_keep_rows (batch, lo, hi - lo);
-      psm_batch_trim (batch);   /* the share's own longest row */
+      share = psm_batch_take_share (batch, psm_dist_rank (), t->nranks);
     }
     psm_graph_reset (g);
     PsmTensor *loss = psm_model_loss (t->m, g, batch);
