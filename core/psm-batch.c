@@ -159,28 +159,23 @@ psm_batch_take_share (PsmBatch *b, int rank, int n)
   return all > 0 ? mine / all : 0.0;
 }
 
+/* The steps of a [steps, B] mask up to its last one any row uses (at
+ * least 1). */
+static int
+used_steps (const float *mask, int steps, int B)
+{
+  for (; steps > 1; steps--)
+    for (int j = 0; j < B; j++)
+      if (mask[(size_t) (steps - 1) * B + j] != 0.0f)
+        return steps;
+  return steps;
+}
+
 void
 psm_batch_trim (PsmBatch *b)
 {
-  int T = b->T, Ty = b->Ty;
-  while (T > 1) {
-    gboolean real = FALSE;
-    for (int j = 0; j < b->B && !real; j++)
-      real = PSM_AT (b->src_mask, b, T - 1, j) != 0.0f;
-    if (real)
-      break;
-    T--;
-  }
-  while (Ty > 1) {
-    gboolean real = FALSE;
-    for (int j = 0; j < b->B && !real; j++)
-      real = PSM_AT (b->tgt_mask, b, Ty - 1, j) != 0.0f;
-    if (real)
-      break;
-    Ty--;
-  }
-  b->T = T;
-  b->Ty = Ty;
+  b->T = used_steps (b->src_mask, b->T, b->B);
+  b->Ty = used_steps (b->tgt_mask, b->Ty, b->B);
 }
 
 void
