@@ -10,6 +10,7 @@ struct PsmSection {
   char *path;                  /* "model.head" */
   char *file;                  /* pipeline file, for messages */
   char *where;                 /* buffer for psm_section_where */
+  config_t *owned;             /* psm_section_from_text's parse, freed with it */
 };
 
 PsmSection *psm_section_new (const PsmParamSpec *spec, config_setting_t *setting,

@@ -45,6 +45,56 @@ psm_section_free (PsmSection *s)
   g_free (s);
 }
 
+PsmSection *
+psm_section_from_text (const char *text, const char *file, const char *path, const PsmParamSpec *spec,
+                       GError **error)
+{
+  config_t *cfg = g_new0 (config_t, 1);
+  config_init (cfg);
+  /* "s = {" on the text's first line: its line N is the parse's line N */
+  char *full = g_strdup_printf ("s = {%s\n};\n", text);
+  gboolean parsed = config_read_string (cfg, full) == CONFIG_TRUE;
+  g_free (full);
+  if (!parsed) {
+    g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID, "%s:%d: %s: %s", file,
+                 config_error_line (cfg), path, config_error_text (cfg));
+    config_destroy (cfg);
+    g_free (cfg);
+    return NULL;
+  }
+  config_setting_t *grp = config_lookup (cfg, "s");
+  GPtrArray *errs = g_ptr_array_new_with_free_func (g_free);
+  const char *extra[] = { "plugin", NULL };
+  psm_validate_group (file, grp, path, spec, extra, errs);
+  if (errs->len) {
+    g_ptr_array_add (errs, NULL);
+    char *msg = g_strjoinv ("\n", (char **) errs->pdata);
+    g_set_error_literal (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID, msg);
+    g_free (msg);
+    g_ptr_array_unref (errs);
+    config_destroy (cfg);
+    g_free (cfg);
+    return NULL;
+  }
+  g_ptr_array_unref (errs);
+  PsmSection *sec = psm_section_new (spec, grp, path, file);
+  sec->owned = cfg;
+  return sec;
+}
+
+void
+psm_section_destroy (PsmSection *s)
+{
+  if (!s)
+    return;
+  config_t *cfg = s->owned;
+  psm_section_free (s);
+  if (cfg) {
+    config_destroy (cfg);
+    g_free (cfg);
+  }
+}
+
 static const PsmParamSpec *
 find_spec (const PsmParamSpec *spec, const char *name)
 {

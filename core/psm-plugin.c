@@ -27,43 +27,68 @@ psm_kind_from_name (const char *name, PsmKind *kind)
   return FALSE;
 }
 
-/* The hooks of each kind's class that the core calls unconditionally. */
+/* Every hook of each kind's class; the required ones (called
+ * unconditionally by the core) first. */
 typedef struct {
   size_t offset;
   const char *name;
+  gboolean required;
 } Hook;
-#define HOOK(type, field) { offsetof (type, field), #field }
+#define HOOK(type, field) { offsetof (type, field), #field, TRUE }
+#define OPT(type, field) { offsetof (type, field), #field, FALSE }
 static const Hook encoder_hooks[] = {
   HOOK (PsmEncoderClass, create), HOOK (PsmEncoderClass, destroy), HOOK (PsmEncoderClass, output_dim),
-  HOOK (PsmEncoderClass, summary_dim), HOOK (PsmEncoderClass, encode), { 0, NULL }
+  HOOK (PsmEncoderClass, summary_dim), HOOK (PsmEncoderClass, encode), OPT (PsmEncoderClass, carry_dim),
+  { 0, NULL, FALSE }
 };
 static const Hook decoder_hooks[] = {
   HOOK (PsmDecoderClass, create), HOOK (PsmDecoderClass, destroy), HOOK (PsmDecoderClass, state_dim),
   HOOK (PsmDecoderClass, context_dim), HOOK (PsmDecoderClass, has_attention), HOOK (PsmDecoderClass, init),
-  HOOK (PsmDecoderClass, step), { 0, NULL }
+  HOOK (PsmDecoderClass, step), OPT (PsmDecoderClass, prepare), { 0, NULL, FALSE }
 };
 static const Hook head_hooks[] = {
   HOOK (PsmHeadClass, create), HOOK (PsmHeadClass, destroy), HOOK (PsmHeadClass, loss),
-  HOOK (PsmHeadClass, space_size), HOOK (PsmHeadClass, scores), HOOK (PsmHeadClass, slot_token), { 0, NULL }
+  HOOK (PsmHeadClass, space_size), HOOK (PsmHeadClass, scores), HOOK (PsmHeadClass, slot_token),
+  OPT (PsmHeadClass, gate), OPT (PsmHeadClass, history), OPT (PsmHeadClass, token_logp),
+  OPT (PsmHeadClass, input_embed), { 0, NULL, FALSE }
 };
 static const Hook task_hooks[] = {
   HOOK (PsmTaskClass, create), HOOK (PsmTaskClass, destroy), HOOK (PsmTaskClass, info),
   HOOK (PsmTaskClass, train_batch), HOOK (PsmTaskClass, n_examples), HOOK (PsmTaskClass, eval_batch),
-  HOOK (PsmTaskClass, token_text), { 0, NULL }
+  HOOK (PsmTaskClass, token_text), OPT (PsmTaskClass, save), OPT (PsmTaskClass, text_batch),
+  OPT (PsmTaskClass, example_text), OPT (PsmTaskClass, train_cursor), OPT (PsmTaskClass, train_seek),
+  { 0, NULL, FALSE }
 };
 static const Hook metric_hooks[] = {
   HOOK (PsmMetricClass, create), HOOK (PsmMetricClass, destroy), HOOK (PsmMetricClass, reset),
-  HOOK (PsmMetricClass, report), { 0, NULL }
+  HOOK (PsmMetricClass, report), OPT (PsmMetricClass, add), OPT (PsmMetricClass, add_loss),
+  OPT (PsmMetricClass, add_text), { 0, NULL, FALSE }
 };
 static const Hook *const kind_hooks[] = { NULL, encoder_hooks, decoder_hooks, head_hooks, task_hooks,
                                           metric_hooks };
 
+/* A hook past the end of the plugin's class (built for an older minor
+ * ABI) counts as NULL, as PSM_CLASS_HOOK says. */
 static gboolean
 hook_set (const void *klass, size_t offset)
 {
+  guint32 size;
+  memcpy (&size, klass, sizeof size);
   void (*fn) (void);
+  if (size < offset + sizeof fn)
+    return FALSE;
   memcpy (&fn, (const char *) klass + offset, sizeof fn);
   return fn != NULL;
+}
+
+int
+psm_plugin_hooks (const PsmPlugin *pl, PsmHookInfo *out, int max)
+{
+  int n = 0;
+  for (const Hook *h = kind_hooks[pl->desc->kind]; h->name; h++, n++)
+    if (n < max)
+      out[n] = (PsmHookInfo) { h->name, h->required, hook_set (pl->desc->klass, h->offset) };
+  return n;
 }
 
 /* Every hook the core calls is set; a metric takes pairs or losses. */
@@ -72,7 +97,7 @@ check_class (const char *path, const PsmPluginDesc *d, GError **error)
 {
   const char *kname = psm_kind_name (d->kind);
   for (const Hook *h = kind_hooks[d->kind]; h->name; h++)
-    if (!hook_set (d->klass, h->offset)) {
+    if (h->required && !hook_set (d->klass, h->offset)) {
       g_set_error (error, PSM_PLUGIN_ERROR, PSM_PLUGIN_ERROR_CLASS,
                    "%s: %s plugin '%s': required class field '%s' is NULL", path, kname, d->name, h->name);
       return FALSE;

@@ -118,7 +118,7 @@ void psm_batch_trim (PsmBatch *b);
  * part of the batch's real target words, the weight of its gradient. */
 double psm_batch_take_share (PsmBatch *b, int rank, int n);
 
-/* core/psm-run.c, shared with the training loop (core/psm-train.c) */
+/* core/psm-session.c, shared with the training loop (core/psm-train.c) */
 gboolean psm_run_optim_config (const PsmSection *s, PsmOptConfig *c);
 gboolean psm_run_write_failed (GError **error, const char *path);
 gboolean psm_run_log_append (FILE *log, const char *path, const char *record, GError **error);

@@ -32,7 +32,17 @@ metrics = ( "error_rate" );
 CFG
 
 expect 0 "--help" "--resume" -- "$run" --help
-expect 0 "--version" "plugin ABI 1.8" -- "$run" --version
+abi=$(sed -n 's/^#define PSM_ABI_MAJOR \([0-9]*\)$/\1/p' "$top_srcdir/core/psm/psm-plugin.h").$(sed -n 's/^#define PSM_ABI_MINOR \([0-9]*\)$/\1/p' "$top_srcdir/core/psm/psm-plugin.h")
+expect 0 "--version" "plugin ABI $abi" -- "$run" --version
+expect 0 "--describe a head: its hooks" "gate           optional  set" -- "$run" --describe pointer_generator
+grep -q "cov_loss_wt" "$tmp/out" && grep -q "ABI          $abi" "$tmp/out" && grep -q "configured   model.head" "$tmp/out" \
+  && ok "--describe shows ABI, section, every parameter" || bad "--describe shows ABI, section, every parameter"
+expect 0 "--describe KIND/NAME" "kind         metric" -- "$run" --describe metric/rouge
+expect 0 "--describe a plugin file" "Plugin softmax" -- "$run" --describe "$top_builddir/plugins/.libs/psm-head-softmax.so"
+expect 0 "--describe a core section" "Core section train.optimizer" -- "$run" --describe train.optimizer
+expect 2 "--describe an unknown name" "no plugin or core section of that name" -- "$run" --describe no_such_thing
+expect 2 "--describe a bad kind" "'model' is not a plugin kind" -- "$run" --describe model/softmax
+expect 2 "--describe a broken plugin file" "not a psm plugin" -- "$run" --describe "$fixtures/psm-metric-noentry.so"
 expect 0 "--list shows plugins and their parameters" "temperature" -- "$run" --list
 grep -q "rarest_word" "$tmp/out" && grep -q "train.optimizer" "$tmp/out" && ok "--list shows tasks and core sections" || bad "--list shows tasks and core sections"
 missing=""

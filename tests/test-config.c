@@ -248,6 +248,31 @@ START_TEST (test_directory_as_pipeline)
 }
 END_TEST
 
+/* The public section-from-text reader that third-party plugin tests use. */
+START_TEST (test_section_from_text)
+{
+  static const PsmParamSpec spec[] = {
+    { "hidden", PSM_PARAM_INT, "8", 1, 100, "units", NULL },
+    { "mode", PSM_PARAM_CHOICE, "a", PSM_NO_RANGE, "variant", "a|b" },
+    PSM_PARAM_END
+  };
+  GError *e = NULL;
+  PsmSection *s = psm_section_from_text ("plugin = \"x\";\nhidden = 12;", "t.cfg", "model.head", spec, &e);
+  ck_assert_msg (s, "%s", e ? e->message : "");
+  ck_assert_int_eq (psm_section_int (s, "hidden"), 12);
+  ck_assert_str_eq (psm_section_string (s, "mode"), "a");
+  ck_assert_str_eq (psm_section_where (s, "hidden"), "t.cfg:2: model.head.hidden");
+  psm_section_destroy (s);
+  ck_assert (!psm_section_from_text ("hidden = 12;\nmode = \"c\";", "t.cfg", "model.head", spec, &e));
+  ck_assert_msg (strstr (e->message, "t.cfg:2: model.head.mode") != NULL, "%s", e->message);
+  g_clear_error (&e);
+  ck_assert (!psm_section_from_text ("hidden = 12;\nsize 3", "t.cfg", "model.head", spec, &e));
+  ck_assert_msg (g_str_has_prefix (e->message, "t.cfg:"), "%s", e->message);
+  g_clear_error (&e);
+  psm_section_destroy (NULL);
+}
+END_TEST
+
 int
 main (void)
 {
@@ -263,6 +288,7 @@ main (void)
   tcase_add_test (tc, test_set_errors);
   tcase_add_test (tc, test_missing_file);
   tcase_add_test (tc, test_semantic_error_names_line);
+  tcase_add_test (tc, test_section_from_text);
   suite_add_tcase (s, tc);
   return psm_test_run (s);
 }

@@ -50,7 +50,9 @@ END_TEST
 
 START_TEST (test_wrong_abi)
 {
-  expect_error ("psm-metric-badabi.so", PSM_PLUGIN_ERROR_ABI, "plugin ABI 99.0 is incompatible with this psm's ABI 1.8");
+  char *want = g_strdup_printf ("plugin ABI 99.0 is incompatible with this psm's ABI %d.%d", PSM_ABI_MAJOR, PSM_ABI_MINOR);
+  expect_error ("psm-metric-badabi.so", PSM_PLUGIN_ERROR_ABI, want);
+  g_free (want);
 }
 END_TEST
 
@@ -114,6 +116,42 @@ START_TEST (test_find_and_kind_mismatch)
 }
 END_TEST
 
+/* --describe's hook list: required hooks first, optional ones as set. */
+static const PsmHookInfo *
+hook (const PsmHookInfo *h, int n, const char *name)
+{
+  for (int i = 0; i < n; i++)
+    if (strcmp (h[i].name, name) == 0)
+      return &h[i];
+  ck_abort_msg ("no hook %s", name);
+  return NULL;
+}
+
+START_TEST (test_hooks)
+{
+  g_setenv ("PSM_PLUGIN_PATH", PSM_TEST_FIXTURE_DIR ":" PSM_TEST_PLUGIN_DIR, TRUE);
+  GError *e = NULL;
+  PsmHookInfo h[32];
+  const PsmPlugin *sm = psm_plugin_find (PSM_KIND_HEAD, "softmax", &e);
+  const PsmPlugin *pg = psm_plugin_find (PSM_KIND_HEAD, "pointer_generator", &e);
+  ck_assert_msg (sm && pg, "%s", e ? e->message : "");
+  int n = psm_plugin_hooks (sm, h, 32);
+  ck_assert_int_eq (n, 10);
+  ck_assert_str_eq (h[0].name, "create");
+  ck_assert (h[0].required && h[0].set);
+  ck_assert (!hook (h, n, "gate")->required && !hook (h, n, "gate")->set);
+  ck_assert (hook (h, n, "slot_token")->required);
+  n = psm_plugin_hooks (pg, h, 32);
+  ck_assert (hook (h, n, "gate")->set && !hook (h, n, "input_embed")->set);
+  ck_assert_int_eq (psm_plugin_hooks (pg, h, 2), 10);   /* fills 2, says how many */
+  /* a class built for ABI 1.6 ends before carry_at's era but has carry_dim */
+  const PsmPlugin *old = psm_plugin_find (PSM_KIND_ENCODER, "oldlm", &e);
+  ck_assert_msg (old, "%s", e ? e->message : "");
+  n = psm_plugin_hooks (old, h, 32);
+  ck_assert (hook (h, n, "carry_dim")->set && hook (h, n, "encode")->set);
+}
+END_TEST
+
 int
 main (void)
 {
@@ -128,6 +166,7 @@ main (void)
   tcase_add_test (tc, test_null_hook);
   tcase_add_test (tc, test_bad_param_table);
   tcase_add_test (tc, test_find_and_kind_mismatch);
+  tcase_add_test (tc, test_hooks);
   suite_add_tcase (s, tc);
   return psm_test_run (s);
 }

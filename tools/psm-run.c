@@ -11,6 +11,7 @@
 char *openblas_get_corename (void);   /* OpenBLAS extension, in its cblas.h */
 
 static gchar **opt_set;
+static gchar *opt_describe;
 static gboolean opt_resume, opt_check, opt_list, opt_quiet, opt_version, opt_json, opt_profile;
 static gchar *opt_mode, *opt_split, *opt_sep, *opt_source, *opt_input;
 static gchar **opt_metric;
@@ -28,6 +29,9 @@ static GOptionEntry entries[] = {
   { "check", 0, 0, G_OPTION_ARG_NONE, &opt_check,
     "Parse, validate, build, train a few steps on tiny data, decode, round-trip a checkpoint; write nothing", NULL },
   { "list", 'l', 0, G_OPTION_ARG_NONE, &opt_list, "List every plugin and core section with its parameters", NULL },
+  { "describe", 0, 0, G_OPTION_ARG_STRING, &opt_describe,
+    "Show one plugin in full (kind, file, ABI, hooks, every parameter), or a core section such as train; "
+    "NAME, KIND/NAME or a plugin file", "NAME" },
   { "quiet", 'q', 0, G_OPTION_ARG_NONE, &opt_quiet, "Only print results and errors", NULL },
   { "profile", 0, 0, G_OPTION_ARG_NONE, &opt_profile,
     "Time every op of the training steps by phase (encoder, decoder, head, optimiser); print the table at the end", NULL },
@@ -90,6 +94,116 @@ do_list (void)
   g_ptr_array_unref (all);
   g_ptr_array_unref (errors);
   return rc;
+}
+
+static int fail (GError *e);
+
+/* Where a plugin of each kind is configured in a pipeline file. */
+static const char *
+kind_section (PsmKind k)
+{
+  switch (k) {
+  case PSM_KIND_ENCODER: return "model.encoder";
+  case PSM_KIND_DECODER: return "model.decoder";
+  case PSM_KIND_HEAD: return "model.head";
+  case PSM_KIND_TASK: return "task";
+  default: return "metrics (a list entry: \"NAME\" or { plugin = \"NAME\"; ... })";
+  }
+}
+
+static void
+describe_params (const PsmParamSpec *spec)
+{
+  if (!spec || !spec->name) {
+    printf ("  (none)\n");
+    return;
+  }
+  for (const PsmParamSpec *p = spec; p->name; p++) {
+    char *range = psm_param_range (p);
+    printf ("  %s\n", p->name);
+    printf ("    %-9s %s\n", "type", psm_param_type_name (p->type));
+    printf ("    %-9s %s\n", "default", p->def ? (*p->def ? p->def : "\"\" (empty)") : "(none: required)");
+    if (p->type == PSM_PARAM_CHOICE)
+      printf ("    %-9s %s\n", "choices", p->choices);
+    else if (*range && strcmp (range, "-") != 0)
+      printf ("    %-9s %s\n", "range", range);
+    printf ("    %-9s %s\n", "meaning", p->doc);
+    g_free (range);
+  }
+}
+
+/* psm-run --describe NAME: one plugin (or core section) in full, as
+ * gst-inspect shows one element. */
+static int
+do_describe (const char *what)
+{
+  GError *e = NULL;
+  const PsmPlugin *pl = NULL;
+  if (strchr (what, '/') && g_str_has_suffix (what, ".so")) {
+    pl = psm_plugin_load_file (what, &e);
+  } else if (strchr (what, '/')) {
+    char **kn = g_strsplit (what, "/", 2);
+    PsmKind k;
+    if (!psm_kind_from_name (kn[0], &k)) {
+      fprintf (stderr, "psm-run: --describe %s: '%s' is not a plugin kind (encoder, decoder, head, task, metric)\n",
+               what, kn[0]);
+      g_strfreev (kn);
+      return 2;
+    }
+    pl = psm_plugin_find (k, kn[1], &e);
+    g_strfreev (kn);
+  } else {
+    for (const PsmCoreSection *cs = psm_core_sections (); cs->path; cs++)
+      if (strcmp (cs->path, what) == 0) {
+        printf ("Core section %s\n  %s\n\nParameters:\n", cs->path, cs->doc);
+        describe_params (cs->spec);
+        return 0;
+      }
+    GString *kinds = g_string_new (NULL);
+    for (PsmKind k = PSM_KIND_ENCODER; k <= PSM_KIND_LAST; k++) {
+      GError *ek = NULL;
+      const PsmPlugin *p = psm_plugin_find (k, what, &ek);
+      if (p) {
+        g_string_append_printf (kinds, "%s%s/%s", kinds->len ? ", " : "", psm_kind_name (k), what);
+        if (!pl)
+          pl = p;
+      } else if (ek->code != PSM_PLUGIN_ERROR_NOT_FOUND && !e) {
+        e = ek;
+        continue;
+      }
+      g_clear_error (&ek);
+    }
+    if (pl && strchr (kinds->str, ',')) {
+      fprintf (stderr, "psm-run: --describe %s: several plugins have that name (%s); say which\n", what, kinds->str);
+      g_string_free (kinds, TRUE);
+      g_clear_error (&e);
+      return 2;
+    }
+    g_string_free (kinds, TRUE);
+    if (!pl && !e)
+      g_set_error (&e, PSM_PLUGIN_ERROR, PSM_PLUGIN_ERROR_NOT_FOUND,
+                   "--describe %s: no plugin or core section of that name (psm-run --list shows them all)", what);
+    if (pl)
+      g_clear_error (&e);
+  }
+  if (!pl)
+    return fail (e);
+  const PsmPluginDesc *d = pl->desc;
+  printf ("Plugin %s\n", d->name);
+  printf ("  %-12s %s\n", "kind", psm_kind_name (d->kind));
+  printf ("  %-12s %s\n", "description", d->description);
+  printf ("  %-12s %s\n", "file", pl->path);
+  printf ("  %-12s %u.%u (this psm: %d.%d)\n", "ABI", d->abi_major, d->abi_minor, PSM_ABI_MAJOR, PSM_ABI_MINOR);
+  printf ("  %-12s %s\n", "configured", kind_section (d->kind));
+  printf ("  %-12s %s\n", "init", d->init ? "yes (runs once at load)" : "no");
+  PsmHookInfo h[64];
+  int n = MIN (psm_plugin_hooks (pl, h, 64), 64);
+  printf ("\nClass hooks:\n");
+  for (int i = 0; i < n; i++)
+    printf ("  %-14s %-9s %s\n", h[i].name, h[i].required ? "required" : "optional", h[i].set ? "set" : "-");
+  printf ("\nParameters:\n");
+  describe_params (d->params);
+  return 0;
 }
 
 /* An allocation in the middle of a step failed (sizes were checked before
@@ -177,6 +291,8 @@ run (int argc, char **argv)
   }
   if (opt_list)
     return do_list ();
+  if (opt_describe)
+    return do_describe (opt_describe);
   if (argc >= 2 && strcmp (argv[1], "score") == 0) {
     if (argc < 4) {
       fprintf (stderr, "psm-run: score: expected two files or more, SUMMARIES REFERENCES [REFERENCES...] (try "

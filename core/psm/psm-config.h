@@ -50,6 +50,15 @@ const char *psm_section_where (const PsmSection *s, const char *name);
 const char *psm_section_path (const PsmSection *s);   /* e.g. "model.head" */
 const PsmParamSpec *psm_section_spec (const PsmSection *s);
 
+/* A section read from text, the inside of a group ("hidden = 8; ..."),
+ * validated against spec as a pipeline file's group at path would be (an
+ * unknown key, a wrong type or a value out of range is an error naming
+ * "FILE:LINE: path.key"; file names the text in messages). For tests of
+ * plugins (ABI 1.9). Free it with psm_section_destroy. */
+PsmSection *psm_section_from_text (const char *text, const char *file, const char *path, const PsmParamSpec *spec,
+                                   GError **error);
+void psm_section_destroy (PsmSection *s);
+
 GQuark psm_config_error_quark (void);
 #define PSM_CONFIG_ERROR psm_config_error_quark ()
 typedef enum { PSM_CONFIG_ERROR_INVALID } PsmConfigError;

@@ -42,9 +42,12 @@ G_BEGIN_DECLS
  * in training and decoding; the 1.0 slot input_embedding, never called,
  * stays), PsmBatch.src_seg and PsmEncoding.seg (sentences of the source),
  * PsmEncoding.importance (per-token weights for the JSON output),
- * psm_logsumexp, psm_dot_scores. */
+ * psm_logsumexp, psm_dot_scores. 1.9: psm_plugin_hooks and PsmHookInfo
+ * (which class hooks a plugin sets, for psm-run --describe);
+ * psm_section_from_text and psm_section_destroy (a plugin's own tests build
+ * it from a config text, as the example project under doc/examples does). */
 #define PSM_ABI_MAJOR 1
-#define PSM_ABI_MINOR 8
+#define PSM_ABI_MINOR 9
 #define PSM_PLUGIN_ENTRY_SYMBOL "psm_plugin_entry"
 
 typedef enum {
@@ -122,6 +125,16 @@ const PsmPlugin *psm_plugin_find (PsmKind kind, const char *name, GError **error
  * single files are appended to `errors` (may be NULL). Returns a GPtrArray of
  * const PsmPlugin * sorted by kind then name; free with g_ptr_array_unref. */
 GPtrArray *psm_plugin_load_all (GPtrArray *errors);
+
+/* The hooks of a loaded plugin's class, in the order of its kind's class
+ * struct, required ones first: name, whether the core requires it, whether
+ * the plugin sets it. Fills at most max entries; returns how many there are. */
+typedef struct {
+  const char *name;
+  gboolean required;
+  gboolean set;
+} PsmHookInfo;
+int psm_plugin_hooks (const PsmPlugin *pl, PsmHookInfo *out, int max);
 
 G_END_DECLS
 #endif

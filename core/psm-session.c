@@ -1,4 +1,4 @@
-/* psm-run.c — evaluation runs, two-phase pipelines and the --check smoke run (the training loop: psm-train.c). */
+/* psm-session.c — a run folder's sessions: evaluation runs, two-phase pipelines and the --check smoke run (the training loop: psm-train.c). */
 #include "config.h"
 #include <errno.h>
 #include <math.h>
