@@ -49,6 +49,7 @@ struct PsmModel {
   int hist_rows[2];
   PsmRng *train_rng;            /* the training batch's stream (dropout) */
   const PsmPlugin *enc_plugin;  /* its ABI minor: does it know carry_at? */
+  const char *head_name;        /* the head plugin's name (JSON output) */
   gboolean check_mode;          /* psm_model_check_mode */
 };
 
@@ -224,6 +225,7 @@ psm_model_new (PsmPipeline *pl, gboolean check, GError **error)
   ctx.prefix = "head.";
   const PsmPlugin *hp = psm_pipeline_plugin (pl, "model.head");
   m->hk = hp->desc->klass;
+  m->head_name = hp->desc->name;
   m->head = m->hk->create (psm_pipeline_section (pl, "model.head"), &ctx, &e);
   if (!m->head) {
     fail_create (error, e, "model.head", hp);
@@ -652,6 +654,7 @@ typedef struct {
   gboolean record;
   GArray *gate;             /* float [steps * n] */
   GArray *top;              /* int32 [steps * n * attn_top] positions */
+  GArray *attn;             /* float [steps * n * T] attention (JSON output), or NULL */
   gint64 t_enc, t_dec, t_head, t_all;   /* µs: encoder, decoder steps, head, all */
 } Dec;
 
@@ -739,6 +742,16 @@ dec_step (void *ud, int n, const int32_t *parents, const int32_t *tokens, int *S
       for (int j = k; j < A; j++)
         best[j] = -1;
       g_array_append_vals (d->top, best, A);
+    }
+    if (d->attn) {
+      /* every step's full attention, zeros where the decoder has none */
+      size_t at = d->attn->len;
+      g_array_set_size (d->attn, at + (size_t) n * T);
+      float *dst = (float *) d->attn->data + at;
+      if (st.attn && psm_tensor_cols (st.attn) == T)
+        memcpy (dst, st.attn->data, (size_t) n * T * sizeof (float));
+      else
+        memset (dst, 0, (size_t) n * T * sizeof (float));
     }
   }
   *S = psm_tensor_cols (sc);
@@ -830,6 +843,8 @@ json_string (GString *s, const char *w)
   for (const char *c = w; *c; c++) {
     if (*c == '"' || *c == '\\')
       g_string_append_printf (s, "\\%c", *c);
+    else if (*c == '\n')
+      g_string_append (s, "\\n");
     else if ((unsigned char) *c < 0x20)
       g_string_append_printf (s, "\\u%04x", *c);
     else
@@ -849,11 +864,121 @@ join_words (GString *s, const char *const *w, int n)
   return s->str;
 }
 
+/* A float list: %.4g, null where not finite */
+static void
+json_floats (GString *s, const float *v, int n, int stride)
+{
+  g_string_append_c (s, '[');
+  for (int i = 0; i < n; i++) {
+    float x = v[(size_t) i * stride];
+    g_string_append (s, i ? ", " : "");
+    if (isfinite (x))
+      g_string_append_printf (s, "%.4g", x);
+    else
+      g_string_append (s, "null");
+  }
+  g_string_append_c (s, ']');
+}
+
+/* One example's decoding as a JSON line (--json; read by psm-run view):
+ * the output tokens, whether each was copied (a slot past the head's
+ * vocabulary: a source position or an article's own OOV word), the head's
+ * gate per token (p_gen, the pointer softmax's shortlist probability, the
+ * copy head's generation probability), the top attention positions and
+ * every attention weight >= 0.005 as [position, weight] pairs, the source
+ * tokens (the model's view: truncated, ids mapped back to words), the
+ * coverage (attention summed over the output), the encoder's per-token
+ * importance where it has one, and the reference. */
+static void
+json_record (PsmModel *m, const PsmBatch *b, int bi, const PsmHyp *h, const Dec *d, const char *const *words,
+             const char *ref, GString *line, FILE *out)
+{
+  int steps = d->n ? (int) (d->gate->len / d->n) : 0, T = b->T, vocab = PSM_BATCH_VOCAB (&d->bx, m->info.tgt_vocab);
+  int *src_pos = g_new (int, T + 1);   /* batch position -> index among the real source tokens */
+  int n_src = 0;
+  for (int t = 0; t < T; t++)
+    src_pos[t] = PSM_AT (b->src_mask, b, t, bi) != 0.0f ? n_src++ : -1;
+  g_string_truncate (line, 0);
+  g_string_append_printf (line, "{\"example\": %d, \"head\": ", b->example_id ? b->example_id[bi] : bi);
+  json_string (line, m->head_name);
+  g_string_append_printf (line, ", \"score\": %.6g, \"tokens\": [", h->score);
+  for (int i = 0; i < h->len; i++) {
+    g_string_append (line, i ? ", " : "");
+    json_string (line, words[i]);
+  }
+  g_string_append (line, "], \"copied\": [");
+  for (int i = 0; i < h->len; i++)
+    g_string_append (line, h->slots[i] >= vocab ? (i ? ", true" : "true") : (i ? ", false" : "false"));
+  g_string_append (line, "], \"p_gen\": ");
+  float *gate = g_new (float, h->len + 1);
+  for (int i = 0; i < h->len; i++)
+    gate[i] = i < steps ? g_array_index (d->gate, float, (size_t) i * d->n + h->rows[i]) : NAN;
+  json_floats (line, gate, h->len, 1);
+  g_free (gate);
+  g_string_append (line, ", \"attention\": [");
+  for (int i = 0; i < h->len && m->attn_top > 0; i++) {
+    g_string_append (line, i ? ", [" : "[");
+    const int32_t *tp = (const int32_t *) d->top->data + ((size_t) i * d->n + h->rows[i]) * m->attn_top;
+    for (int j = 0; j < m->attn_top && tp[j] >= 0; j++)
+      g_string_append_printf (line, j ? ", %d" : "%d", src_pos[tp[j]] >= 0 ? src_pos[tp[j]] : tp[j]);
+    g_string_append_c (line, ']');
+  }
+  g_string_append (line, "]");
+  float *cov = g_new0 (float, n_src + 1);
+  if (d->attn && d->attn->len >= (size_t) steps * d->n * T) {
+    g_string_append (line, ", \"attention_weights\": [");
+    for (int i = 0; i < h->len && i < steps; i++) {
+      const float *a = (const float *) d->attn->data + ((size_t) i * d->n + h->rows[i]) * T;
+      g_string_append (line, i ? ", [" : "[");
+      for (int t = 0, k = 0; t < T; t++) {
+        if (src_pos[t] < 0)
+          continue;
+        cov[src_pos[t]] += a[t];
+        if (a[t] >= 0.005f)
+          g_string_append_printf (line, "%s[%d, %.3g]", k++ ? ", " : "", src_pos[t], a[t]);
+      }
+      g_string_append_c (line, ']');
+    }
+    g_string_append (line, "], \"coverage\": ");
+    json_floats (line, cov, n_src, 1);
+  }
+  g_free (cov);
+  g_string_append (line, ", \"source\": [");
+  for (int t = 0, k = 0; t < T; t++)
+    if (src_pos[t] >= 0) {
+      g_string_append (line, k++ ? ", " : "");
+      json_string (line, m->tk->token_text (m->task, b, bi, PSM_AT (b->src_ext, b, t, bi)));
+    }
+  g_string_append (line, "]");
+  PsmTensor *imp = d->ex.importance;
+  if (imp && imp->ndim == 3 && imp->shape[0] == b->T && imp->shape[1] == b->B) {
+    /* the encoder's per-token weights, each the mean over its units */
+    int D = imp->shape[2];
+    g_string_append (line, ", \"importance\": [");
+    for (int t = 0, k = 0; t < b->T; t++)
+      if (src_pos[t] >= 0) {
+        const float *v = imp->data + ((size_t) t * b->B + bi) * D;
+        double sum = 0.0;
+        for (int j = 0; j < D; j++)
+          sum += v[j];
+        g_string_append_printf (line, "%s%.4g", k++ ? ", " : "", sum / D);
+      }
+    g_string_append (line, "]");
+  }
+  if (ref) {
+    g_string_append (line, ", \"reference\": ");
+    json_string (line, ref);
+  }
+  g_string_append (line, "}");
+  fprintf (out, "%s\n", line->str);
+  g_free (src_pos);
+}
+
 static gboolean
 eval_sequences (PsmModel *m, PsmSplit split, const PsmBatch *b, const PsmEvalOptions *opt, gboolean metrics,
                 double *gate_sum, long *gate_n, double *phases, GError **error)
 {
-  gboolean want_text = opt && opt->ref;
+  gboolean want_text = opt && (opt->ref || opt->json);
   for (int i = 0; metrics && i < m->n_metrics; i++)
     want_text = want_text || PSM_CLASS_HOOK (m->mk[i], add_text) != NULL;
   void (*example_text) (void *, PsmSplit, int, const char **, const char **) = PSM_CLASS_HOOK (m->tk, example_text);
@@ -862,6 +987,7 @@ eval_sequences (PsmModel *m, PsmSplit split, const PsmBatch *b, const PsmEvalOpt
   d.record = (opt && opt->json) || PSM_CLASS_HOOK (m->hk, gate) != NULL;
   d.gate = g_array_new (FALSE, FALSE, sizeof (float));
   d.top = g_array_new (FALSE, FALSE, sizeof (int32_t));
+  d.attn = opt && opt->json ? g_array_new (FALSE, FALSE, sizeof (float)) : NULL;
   PsmHyp *hyps = g_new0 (PsmHyp, b->B);
   gboolean ok = decode_batch (m, b, &d, hyps, error);
   if (phases) {
@@ -943,56 +1069,8 @@ eval_sequences (PsmModel *m, PsmSplit split, const PsmBatch *b, const PsmEvalOpt
           g_string_append_c (line, *c);
       fprintf (opt->ref, "%s\n", line->str);
     }
-    if (opt && opt->json) {
-      g_string_truncate (line, 0);
-      g_string_append_printf (line, "{\"example\": %d, \"score\": %.6g, \"tokens\": [",
-                              b->example_id ? b->example_id[bi] : bi, h->score);
-      for (int i = 0; i < h->len; i++) {
-        g_string_append (line, i ? ", " : "");
-        json_string (line, hw->pdata[i]);
-      }
-      g_string_append (line, "], \"p_gen\": [");
-      for (int i = 0; i < h->len; i++) {
-        float v = i < steps ? g_array_index (d.gate, float, (size_t) i * d.n + h->rows[i]) : NAN;
-        g_string_append (line, i ? ", " : "");
-        if (isfinite (v))
-          g_string_append_printf (line, "%.4g", v);
-        else
-          g_string_append (line, "null");
-      }
-      g_string_append (line, "], \"attention\": [");
-      for (int i = 0; i < h->len && m->attn_top > 0; i++) {
-        g_string_append (line, i ? ", [" : "[");
-        const int32_t *tp = (const int32_t *) d.top->data + ((size_t) i * d.n + h->rows[i]) * m->attn_top;
-        for (int j = 0; j < m->attn_top && tp[j] >= 0; j++)
-          g_string_append_printf (line, j ? ", %d" : "%d", tp[j]);
-        g_string_append_c (line, ']');
-      }
-      g_string_append (line, "]");
-      PsmTensor *imp = d.ex.importance;
-      if (imp && imp->ndim == 3 && imp->shape[0] == b->T && imp->shape[1] == b->B) {
-        /* the encoder's per-token weights, each the mean over its units */
-        int D = imp->shape[2];
-        g_string_append (line, ", \"source\": [");
-        for (int t = 0, k = 0; t < b->T; t++)
-          if (PSM_AT (b->src_mask, b, t, bi) != 0.0f) {
-            g_string_append (line, k++ ? ", " : "");
-            json_string (line, m->tk->token_text (m->task, b, bi, PSM_AT (b->src_ext, b, t, bi)));
-          }
-        g_string_append (line, "], \"importance\": [");
-        for (int t = 0, k = 0; t < b->T; t++)
-          if (PSM_AT (b->src_mask, b, t, bi) != 0.0f) {
-            const float *v = imp->data + ((size_t) t * b->B + bi) * D;
-            double s = 0.0;
-            for (int j = 0; j < D; j++)
-              s += v[j];
-            g_string_append_printf (line, "%s%.4g", k++ ? ", " : "", s / D);
-          }
-        g_string_append (line, "]");
-      }
-      g_string_append (line, "}");
-      fprintf (opt->json, "%s\n", line->str);
-    }
+    if (opt && opt->json)
+      json_record (m, b, bi, h, &d, (const char *const *) hw->pdata, ref, line, opt->json);
   }
   for (int i = 0; i < b->B; i++)
     psm_hyp_clear (&hyps[i]);
@@ -1000,6 +1078,8 @@ eval_sequences (PsmModel *m, PsmSplit split, const PsmBatch *b, const PsmEvalOpt
   g_free (d.carry);
   g_array_unref (d.gate);
   g_array_unref (d.top);
+  if (d.attn)
+    g_array_unref (d.attn);
   g_ptr_array_unref (hw);
   g_ptr_array_unref (rw);
   g_array_unref (hid);
@@ -1009,6 +1089,30 @@ eval_sequences (PsmModel *m, PsmSplit split, const PsmBatch *b, const PsmEvalOpt
   g_string_free (ref_text, TRUE);
   g_string_free (src_text, TRUE);
   return ok;
+}
+
+void
+psm_model_get_decode (PsmModel *m, PsmDecodeSettings *s)
+{
+  *s = (PsmDecodeSettings) { m->beam.beam, m->beam.min_len, m->beam.max_len };
+}
+
+gboolean
+psm_model_set_decode (PsmModel *m, const PsmDecodeSettings *s, GError **error)
+{
+  const char *bad = s->beam < 1 || s->beam > 256 ? "beam: expected 1 to 256"
+                    : s->min_len < 0 || s->min_len > 4096 ? "min_len: expected 0 to 4096"
+                    : s->max_len < 1 || s->max_len > 4096 ? "max_len: expected 1 to 4096"
+                    : s->min_len > s->max_len ? "min_len: above max_len" : NULL;
+  if (bad) {
+    g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID, "%s (beam %d, min_len %d, max_len %d)", bad,
+                 s->beam, s->min_len, s->max_len);
+    return FALSE;
+  }
+  m->beam.beam = s->beam;
+  m->beam.min_len = s->min_len;
+  m->beam.max_len = s->max_len;
+  return TRUE;
 }
 
 gboolean

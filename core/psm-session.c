@@ -255,6 +255,16 @@ load_best (PsmModel *m, PsmCheckpointMeta *meta, GError **error)
   return path;
 }
 
+char *
+psm_run_load_best (PsmModel *m, long *step, GError **error)
+{
+  PsmCheckpointMeta meta;
+  char *path = load_best (m, &meta, error);
+  if (path && step)
+    *step = meta.step;
+  return path;
+}
+
 gboolean
 psm_run_decode_input (PsmModel *m, const char *input, gboolean json, GError **error)
 {

@@ -14,6 +14,9 @@ fi
 for tool in autoreconf libtoolize pkg-config; do
   command -v $tool > /dev/null 2>&1 || { echo "SKIP: $tool is not installed"; exit 77; }
 done
+# the makes below are a third party's, not sub-makes of psm's make check
+# (whose TESTS and TEST_LOGS would pass to them through MAKEFLAGS)
+unset MAKEFLAGS MFLAGS MAKELEVEL MAKEOVERRIDES
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/psm-sdk-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 n=0 fails=0

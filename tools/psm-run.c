@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "psm/psm-pipeline.h"
+#include "psm-tools.h"
 
 char *openblas_get_corename (void);   /* OpenBLAS extension, in its cblas.h */
 
@@ -263,12 +264,23 @@ run (int argc, char **argv)
    * full disk, not a kill */
   signal (SIGXFSZ, SIG_IGN);
   GError *e = NULL;
+  /* sub-commands with options of their own */
+  if (argc >= 2 && strcmp (argv[1], "view") == 0)
+    return psm_view_main (argc - 1, argv + 1);
+  if (argc >= 2 && strcmp (argv[1], "plot") == 0)
+    return psm_plot_main (argc - 1, argv + 1);
+  if (argc >= 2 && strcmp (argv[1], "serve") == 0)
+    return psm_serve_main (argc - 1, argv + 1);
   GOptionContext *ctx = g_option_context_new ("PIPELINE.cfg — train, evaluate and decode a psm pipeline");
   g_option_context_add_main_entries (ctx, entries, NULL);
   g_option_context_set_description (ctx,
     "psm-run score --metric NAME [--sep TOKEN] [--source FILE] [--set NAME.key=value] SUMMARIES REFERENCES\n"
     "  [REFERENCES...]: scores line-aligned files with text metrics, without a pipeline\n"
-    "  (several reference files: alternative references, for bleu).\n\n"
+    "  (several reference files: alternative references, for bleu).\n"
+    "psm-run view RUN_DIR|DECODE.jsonl: an HTML page of decoded examples (attention, copies, ROUGE).\n"
+    "psm-run plot RUN_DIR...: learning curves of runs as SVG.\n"
+    "psm-run serve RUN_DIR --port P: a summariser over HTTP (POST /summarize).\n"
+    "(psm-run view|plot|serve --help: their options.)\n\n"
     "Exit status: 0 ok, 1 runtime error (NaN loss, I/O, corrupt data or checkpoint),\n"
     "2 usage or configuration error. Plugins are searched in $PSM_PLUGIN_PATH, then\n"
     "the installed plugin folder. See psm-run(1) and psm-pipeline(5).\n");

@@ -102,6 +102,15 @@ gboolean psm_model_decode_texts (PsmModel *m, const char *const *texts, int n, c
                                  GError **error);
 /* Whether the pipeline has a decoder cell (sequence outputs). */
 gboolean psm_model_has_decoder (PsmModel *m);
+/* The beam search's settings (decode.beam, min_len, max_len), which a
+ * caller may change between decodings (psm-run serve: per request). Set
+ * checks them as the pipeline reader does (beam 1..256, lengths 0..4096 and
+ * 1..4096, min_len <= max_len); an error names the setting. */
+typedef struct {
+  int beam, min_len, max_len;
+} PsmDecodeSettings;
+void psm_model_get_decode (PsmModel *m, PsmDecodeSettings *s);
+gboolean psm_model_set_decode (PsmModel *m, const PsmDecodeSettings *s, GError **error);
 
 /* ---- runs ---- */
 typedef struct {
@@ -152,6 +161,9 @@ gboolean psm_run_eval (PsmModel *m, PsmSplit split, gboolean write_decodes, gboo
  * input ("-": standard input), to standard output: one summary a line, or
  * with json one JSON record a line (tokens, p_gen, top attention). */
 gboolean psm_run_decode_input (PsmModel *m, const char *input, gboolean json, GError **error);
+/* Loads the run folder's best checkpoint (else its last) into m: its path
+ * (g_free it), and the update it was written at in *step (may be NULL). */
+char *psm_run_load_best (PsmModel *m, long *step, GError **error);
 /* psm-run --check: build, a few steps on tiny data, decode, checkpoint
  * round-trip. Prints one line per stage. */
 gboolean psm_run_check (PsmModel *m, GError **error);

@@ -1,0 +1,110 @@
+#!/bin/sh
+# psm-run view and psm-run plot: the per-token JSON of decoding, the page
+# built from it (self-contained, data escaped, bad input refused), and the
+# page in a real headless browser (Debian's chromium) where one is
+# installed: it renders, hovering an output word lights its attention on
+# the source, no script error; the learning-curve SVG of one and two runs.
+set -u
+run="$top_builddir/tools/psm-run"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/psm-view-XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+n=0 fails=0
+ok () { n=$((n + 1)); echo "ok $n - $1"; }
+bad () { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; [ -f "$tmp/out" ] && sed 's/^/    /' "$tmp/out" | head -20; }
+expect () {   # expect CODE DESCRIPTION PATTERN -- COMMAND...
+  code=$1; desc=$2; pat=$3; shift 4
+  "$@" > "$tmp/out" 2>&1
+  rc=$?
+  if [ "$rc" -eq "$code" ] && grep -q -- "$pat" "$tmp/out"; then ok "$desc"; else echo "    (exit $rc, wanted $code; pattern: $pat)"; bad "$desc"; fi
+}
+. "$top_srcdir/tests/tiny-summariser.sh"
+[ "$tiny_rc" -eq 0 ] && ok "a tiny summariser trains and decodes with --json" || { cat "$tmp/train.out" "$tmp/decode.out" > "$tmp/out"; bad "tiny summariser"; }
+j="$tmp/run/decode.test.jsonl"
+[ "$(wc -l < "$j")" -eq 3 ] && ok "one JSON line per decoded example" || bad "one JSON line per decoded example"
+missing=""
+for key in '"head": "pointer_generator"' '"tokens": \[' '"copied": \[' '"p_gen": \[' '"attention_weights": \[\[\[' \
+           '"coverage": \[' '"source": \["the", "cat"' '"reference": "the cat sat .\\nthe dog ran'; do
+  grep -q "$key" "$j" || missing="$missing $key"
+done
+[ -z "$missing" ] && ok "records hold head, tokens, copied, p_gen, attention weights, coverage, source, reference" \
+  || { echo "    missing:$missing"; head -c 600 "$j" > "$tmp/out"; bad "record fields"; }
+# coverage = attention summed over the output (weights >= 0.005 listed)
+if /usr/bin/python3 -c 'import json' 2> /dev/null; then
+  /usr/bin/python3 - "$j" > "$tmp/out" 2>&1 <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    s = [0.0] * len(r["source"])
+    for step in r["attention_weights"]:
+        for p, w in step:
+            s[p] += w
+    assert len(r["coverage"]) == len(r["source"]), "coverage length"
+    for a, b in zip(s, r["coverage"]):
+        assert b + 1e-3 >= a and b - a <= 0.005 * len(r["tokens"]) + 1e-3, (a, b)
+    assert len(r["p_gen"]) == len(r["tokens"]) == len(r["copied"]) == len(r["attention_weights"])
+    assert all(0.0 <= g <= 1.0 for g in r["p_gen"])
+print("consistent")
+PY
+  grep -q consistent "$tmp/out" && ok "coverage is the attention summed over the output; one gate per token" || bad "coverage and attention agree"
+fi
+
+expect 0 "view RUN writes the page and prints mean ROUGE" "view.test.html: 3 examples · mean ROUGE-1/2/L F1" -- "$run" view "$tmp/run"
+page="$tmp/run/view.test.html"
+grep -q '"rouge": {"rouge1_f": ' "$page" && ok "per-example ROUGE in the page" || bad "per-example ROUGE in the page"
+if grep -E -i -q '(src|href) *= *"?(https?:)?//|@import|url\(' "$page"; then bad "the page fetches nothing from the network"
+else ok "the page fetches nothing from the network"; fi
+expect 0 "view FILE.jsonl -o PAGE --examples 1" "1 example" -- "$run" view "$j" -o "$tmp/one.html" --examples 1
+[ "$(grep -c '"example": ' "$tmp/one.html")" -eq 1 ] && ok "--examples 1: one example in the page" || bad "--examples 1"
+# text that would end the script element stays data
+sed '1s|"reference": "[^"]*"|"reference": "</script><script>document.title=\\"pwned\\"</script> <!-- x"|' "$j" > "$tmp/evil.jsonl"
+expect 0 "a reference holding </script> is written" "3 examples" -- "$run" view "$tmp/evil.jsonl"
+grep -q '</script><script>document.title' "$tmp/evil.html" && bad "</script> in the data is escaped" || ok "</script> in the data is escaped"
+head -1 "$j" > "$tmp/bad.jsonl" && echo '{"tokens": ["a"], "source": ["b"], "p_gen": [0.5, 0.2]}' >> "$tmp/bad.jsonl"
+expect 1 "a malformed record: file, line and what is wrong" "bad.jsonl:2: \"p_gen\" has 2 entries, expected 1" -- "$run" view "$tmp/bad.jsonl"
+[ ! -e "$tmp/bad.html" ] && ok "no page is written from bad input" || bad "no page is written from bad input"
+echo 'not json' > "$tmp/bad2.jsonl"
+expect 1 "a line that is not JSON" "bad2.jsonl:1: not JSON" -- "$run" view "$tmp/bad2.jsonl"
+mkdir "$tmp/empty"
+expect 1 "a run never decoded with --json: what to do" "decode with --json first" -- "$run" view "$tmp/empty"
+expect 2 "view without a run" "expected one run folder or .jsonl file" -- "$run" view
+expect 2 "view --split other" "expected valid or test" -- "$run" view --split train "$tmp/run"
+
+# learning curves
+expect 0 "plot RUN: RUN/curves.svg" "curves.svg: 1 run, loss and" -- "$run" plot "$tmp/run"
+grep -q '<polyline class="curve" stroke="#1f77b4" data-run="0" data-series="loss (train)"' "$tmp/run/curves.svg" \
+  && grep -q 'data-series="loss (valid)"' "$tmp/run/curves.svg" && ok "training and validation loss curves" || bad "loss curves"
+"$run" "$tmp/sum.cfg" --quiet --set "run.dir=\"$tmp/run2\"" --set train.seed=7 > /dev/null 2>&1
+expect 0 "plot two runs into one file" "2 runs" -- "$run" plot "$tmp/run" "$tmp/run2" -o "$tmp/two.svg"
+grep -q 'data-run="1"' "$tmp/two.svg" && grep -q "$tmp/run2</text>" "$tmp/two.svg" && ok "a colour and a legend entry per run" || bad "two runs"
+expect 1 "plot a folder without log.jsonl" "log.jsonl" -- "$run" plot "$tmp/empty"
+printf '{"step": 1, "split": "train", "loss": 2.0}\nnot json\n' > "$tmp/badlog.jsonl"
+expect 1 "plot a corrupt log: file and line" "badlog.jsonl:2: not a JSON object" -- "$run" plot "$tmp/badlog.jsonl" -o "$tmp/x.svg"
+expect 2 "plot without runs" "expected one run folder or more" -- "$run" plot
+
+# a real browser
+browser=$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)
+if [ -z "$browser" ]; then
+  echo "# SKIP: no chromium installed (apt-get install chromium): the page was not opened in a browser"
+else
+  chrome () { timeout 90 "$browser" --headless --no-sandbox --disable-gpu --no-first-run --user-data-dir="$tmp/chrome" \
+                --enable-logging=stderr --v=0 "$@"; }
+  chrome --dump-dom "file://$page?selftest" > "$tmp/dom.html" 2> "$tmp/chrome.err"
+  body=$(grep -o '<body[^>]*>' "$tmp/dom.html")
+  echo "    $body"
+  case $body in *'data-status="rendered 3"'*) ok "chromium renders the page: 3 examples" ;; *) cp "$tmp/chrome.err" "$tmp/out"; bad "chromium renders the page" ;; esac
+  case $body in *'data-selftest="pass'*) ok "hovering an output word lights its attention on the source" ;; *) bad "hover lights the attention" ;; esac
+  case $body in *data-errors*) bad "no script errors" ;; *) ok "no script errors" ;; esac
+  grep -q 'class="tok copied"\|class="tok"' "$tmp/dom.html" && grep -q 'data-attention="\[\[' "$tmp/dom.html" \
+    && ok "output words carry their attention for hover" || bad "output words carry their attention"
+  if grep -E "Uncaught|CONSOLE.*(Error|error)" "$tmp/chrome.err" > "$tmp/out"; then bad "no console errors"; else ok "no console errors"; fi
+  chrome --dump-dom "file://$tmp/evil.html" > "$tmp/evil-dom.html" 2> /dev/null
+  grep -q 'data-status="rendered 3"' "$tmp/evil-dom.html" && ! grep -q '<title>pwned' "$tmp/evil-dom.html" \
+    && ok "a reference holding </script> renders as text" || bad "a reference holding </script> renders as text"
+  chrome --screenshot="$tmp/shot.png" --window-size=1200,900 "file://$page" > /dev/null 2>&1
+  [ "$(wc -c < "$tmp/shot.png" 2> /dev/null || echo 0)" -gt 10000 ] && ok "a screenshot of the page" || bad "a screenshot of the page"
+  chrome --dump-dom "file://$tmp/two.svg" > "$tmp/svg-dom.html" 2> /dev/null
+  grep -q "polyline" "$tmp/svg-dom.html" && ! grep -q "error on line" "$tmp/svg-dom.html" \
+    && ok "chromium reads the SVG without error" || bad "chromium reads the SVG"
+fi
+echo "Checks: $n, Failures: $fails"
+[ "$fails" -eq 0 ]

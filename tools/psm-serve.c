@@ -1,0 +1,549 @@
+/* psm-serve.c — psm-run serve: a trained summariser over HTTP (libsoup 3).
+ *
+ *   GET  /            the viewer page with a text box (tools/view.html)
+ *   POST /summarize   {"text": "...", "beam": 4, "min_len": 35, "max_len": 100}
+ *                     -> the decoded record of psm-run --json (tokens, p_gen,
+ *                     copied, attention, coverage, source) plus "summary"
+ *                     and "seconds"
+ *   GET  /health      {"status": "ok", "checkpoint": ..., "queued": N}
+ *
+ * The run is loaded once. The main loop only parses and answers; one
+ * worker thread owns the model and decodes: it takes the oldest request
+ * and every other queued one with the same beam and lengths (up to the
+ * pipeline's eval.batch articles) as one batch, so concurrent clients
+ * share the work (it waits --batch-wait ms for the batch to fill); the
+ * rest wait in the queue (bounded: 503 beyond --queue). Malformed or oversized requests get 4xx with a message. It
+ * listens on 127.0.0.1 unless --host says otherwise. */
+#include "config.h"
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <glib-unix.h>
+#include <json-glib/json-glib.h>
+#include <libsoup/soup.h>
+#include "psm/psm-pipeline.h"
+#include "psm-tools.h"
+
+#define MAX_BEAM 64
+#define MAX_LEN 400
+
+typedef struct {
+  SoupServerMessage *msg;
+  char *text;
+  PsmDecodeSettings ds;
+  gint64 t0;
+  /* the answer, filled by the worker */
+  guint status;
+  char *body;
+} Job;
+
+typedef struct {
+  SoupServer *server;
+  PsmModel *model;
+  PsmPipeline *pipeline;
+  char *page;
+  char *checkpoint;
+  long step;
+  PsmDecodeSettings defaults;
+  int batch;                 /* most articles decoded together */
+  gint64 batch_wait;         /* µs the worker waits for a batch to fill */
+  GAsyncQueue *queue;        /* Job*, or the stop marker */
+  volatile gint queued;      /* accepted, not yet answered */
+  int max_queue;
+  gsize max_body;
+  gboolean quiet;
+  GMainLoop *loop;
+  long served;
+} Server;
+
+static Job stop_marker;
+
+static void
+respond (SoupServerMessage *msg, guint status, const char *json)
+{
+  soup_server_message_set_status (msg, status, NULL);
+  soup_server_message_set_response (msg, "application/json", SOUP_MEMORY_COPY, json, strlen (json));
+}
+
+static void
+respond_error (SoupServerMessage *msg, guint status, const char *fmt, ...) G_GNUC_PRINTF (3, 4);
+static void
+respond_error (SoupServerMessage *msg, guint status, const char *fmt, ...)
+{
+  va_list ap;
+  va_start (ap, fmt);
+  char *m = g_strdup_vprintf (fmt, ap);
+  va_end (ap);
+  GString *s = g_string_new ("{\"error\": ");
+  psm_json_string (s, m);
+  g_string_append (s, "}\n");
+  respond (msg, status, s->str);
+  g_string_free (s, TRUE);
+  g_free (m);
+}
+
+static void
+job_free (Job *j)
+{
+  g_object_unref (j->msg);
+  g_free (j->text);
+  g_free (j->body);
+  g_free (j);
+}
+
+/* Main thread: the worker's answer goes out. */
+static gboolean
+job_done (gpointer data)
+{
+  Job *j = data;
+  Server *s = g_object_get_data (G_OBJECT (j->msg), "psm-server");
+  respond (j->msg, j->status, j->body);
+  soup_server_message_unpause (j->msg);
+  g_atomic_int_add (&s->queued, -1);
+  s->served++;
+  if (!s->quiet)
+    fprintf (stderr, "psm-run serve: POST /summarize %u in %.3f s (%d queued)\n", j->status,
+             (g_get_monotonic_time () - j->t0) * 1e-6, g_atomic_int_get (&s->queued));
+  job_free (j);
+  return G_SOURCE_REMOVE;
+}
+
+/* Worker: decodes jobs[0..n) (same settings) as one batch. */
+static void
+decode_jobs (Server *s, Job **jobs, int n)
+{
+  GError *e = NULL;
+  const char **texts = g_new (const char *, n);
+  for (int i = 0; i < n; i++)
+    texts[i] = jobs[i]->text;
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *json = open_memstream (&buf, &len);
+  gboolean ok = json != NULL;
+  if (!ok)
+    g_set_error (&e, G_IO_ERROR, g_io_error_from_errno (errno), "cannot buffer the output: %s", g_strerror (errno));
+  ok = ok && psm_model_set_decode (s->model, &jobs[0]->ds, &e);
+  PsmEvalOptions eo = { 0, TRUE, NULL, NULL, json, FALSE };
+  gint64 t0 = g_get_monotonic_time ();
+  ok = ok && psm_model_decode_texts (s->model, texts, n, &eo, &e);
+  double seconds = (g_get_monotonic_time () - t0) * 1e-6;
+  if (json)
+    fclose (json);
+  char **lines = ok ? g_strsplit (buf ? buf : "", "\n", -1) : NULL;
+  if (ok && (int) g_strv_length (lines) < n) {
+    g_set_error (&e, G_IO_ERROR, G_IO_ERROR_FAILED, "decoding gave %u records for %d texts", g_strv_length (lines), n);
+    ok = FALSE;
+  }
+  JsonParser *p = json_parser_new ();
+  for (int i = 0; i < n; i++) {
+    Job *j = jobs[i];
+    if (!ok) {
+      GString *m = g_string_new ("{\"error\": ");
+      psm_json_string (m, e->message);
+      g_string_append (m, "}\n");
+      j->status = SOUP_STATUS_INTERNAL_SERVER_ERROR;
+      j->body = g_string_free (m, FALSE);
+    } else {
+      /* the record, with the summary text and the batch's time added */
+      const char *rec = lines[i];
+      GString *out = g_string_new (NULL);
+      g_string_append_len (out, rec, strrchr (rec, '}') - rec);
+      g_string_append (out, ", \"summary\": ");
+      GString *summary = g_string_new (NULL);
+      if (json_parser_load_from_data (p, rec, -1, NULL)) {
+        JsonArray *tok = json_object_get_array_member (json_node_get_object (json_parser_get_root (p)), "tokens");
+        for (guint k = 0; tok && k < json_array_get_length (tok); k++)
+          g_string_append_printf (summary, "%s%s", k ? " " : "", json_array_get_string_element (tok, k));
+      }
+      psm_json_string (out, summary->str);
+      g_string_free (summary, TRUE);
+      g_string_append_printf (out, ", \"seconds\": %.4f, \"batch\": %d, \"beam\": %d, \"min_len\": %d, "
+                              "\"max_len\": %d}\n", seconds, n, j->ds.beam, j->ds.min_len, j->ds.max_len);
+      j->status = SOUP_STATUS_OK;
+      j->body = g_string_free (out, FALSE);
+    }
+    g_idle_add (job_done, j);
+  }
+  g_object_unref (p);
+  g_strfreev (lines);
+  free (buf);
+  g_free (texts);
+  g_clear_error (&e);
+}
+
+static gboolean
+same_settings (const Job *a, const Job *b)
+{
+  return a->ds.beam == b->ds.beam && a->ds.min_len == b->ds.min_len && a->ds.max_len == b->ds.max_len;
+}
+
+static gpointer
+worker (gpointer data)
+{
+  Server *s = data;
+  Job **batch = g_new (Job *, s->batch);
+  GQueue later = G_QUEUE_INIT;   /* popped, other settings: first next time */
+  for (;;) {
+    Job *first = g_queue_pop_head (&later);
+    if (!first)
+      first = g_async_queue_pop (s->queue);
+    if (first == &stop_marker)
+      break;
+    int n = 0;
+    batch[n++] = first;
+    /* the queued jobs with the same settings join the batch */
+    for (GList *l = later.head; l && n < s->batch;) {
+      GList *next = l->next;
+      if (same_settings (first, l->data)) {
+        batch[n++] = l->data;
+        g_queue_delete_link (&later, l);
+      }
+      l = next;
+    }
+    gboolean stop = FALSE;
+    gint64 deadline = g_get_monotonic_time () + s->batch_wait;
+    while (n < s->batch) {
+      /* what is queued now, then what arrives within --batch-wait */
+      gint64 left = deadline - g_get_monotonic_time ();
+      Job *j = left > 0 ? g_async_queue_timeout_pop (s->queue, (guint64) left) : g_async_queue_try_pop (s->queue);
+      if (!j)
+        break;
+      if (j == &stop_marker) {
+        stop = TRUE;
+        break;
+      }
+      if (same_settings (first, j))
+        batch[n++] = j;
+      else
+        g_queue_push_tail (&later, j);
+    }
+    decode_jobs (s, batch, n);
+    if (stop)
+      g_queue_push_tail (&later, &stop_marker);
+  }
+  /* stopping: whatever is left is answered 503 */
+  Job *j;
+  while ((j = g_queue_pop_head (&later)) || (j = g_async_queue_try_pop (s->queue)))
+    if (j != &stop_marker) {
+      j->status = SOUP_STATUS_SERVICE_UNAVAILABLE;
+      j->body = g_strdup ("{\"error\": \"the server is stopping\"}\n");
+      g_idle_add (job_done, j);
+    }
+  g_free (batch);
+  return NULL;
+}
+
+/* An integer member within [lo, hi], or the default; FALSE with a message. */
+static gboolean
+int_member (JsonObject *o, const char *name, int lo, int hi, int *v, char **why)
+{
+  if (!json_object_has_member (o, name))
+    return TRUE;
+  JsonNode *n = json_object_get_member (o, name);
+  if (!JSON_NODE_HOLDS_VALUE (n) || json_node_get_value_type (n) != G_TYPE_INT64) {
+    *why = g_strdup_printf ("\"%s\" must be an integer", name);
+    return FALSE;
+  }
+  gint64 x = json_node_get_int (n);
+  if (x < lo || x > hi) {
+    *why = g_strdup_printf ("\"%s\" = %" G_GINT64_FORMAT " is outside [%d, %d]", name, x, lo, hi);
+    return FALSE;
+  }
+  *v = (int) x;
+  return TRUE;
+}
+
+/* The request body as a job, or NULL with why. */
+static Job *
+parse_request (Server *s, const char *body, gsize len, char **why)
+{
+  JsonParser *p = json_parser_new ();
+  GError *e = NULL;
+  Job *j = NULL;
+  if (!json_parser_load_from_data (p, body, (gssize) len, &e)) {
+    *why = g_strdup_printf ("the body is not JSON: %s", e->message);
+    g_error_free (e);
+  } else if (!JSON_NODE_HOLDS_OBJECT (json_parser_get_root (p))) {
+    *why = g_strdup ("the body must be a JSON object: {\"text\": \"...\"}");
+  } else {
+    JsonObject *o = json_node_get_object (json_parser_get_root (p));
+    JsonNode *t = json_object_get_member (o, "text");
+    PsmDecodeSettings ds = s->defaults;
+    GList *members = json_object_get_members (o);
+    for (GList *m = members; m && !*why; m = m->next)
+      if (strcmp (m->data, "text") && strcmp (m->data, "beam") && strcmp (m->data, "min_len") &&
+          strcmp (m->data, "max_len"))
+        *why = g_strdup_printf ("unknown field \"%s\" (known: text, beam, min_len, max_len)", (char *) m->data);
+    g_list_free (members);
+    if (*why) {
+    } else if (!t || !JSON_NODE_HOLDS_VALUE (t) || json_node_get_value_type (t) != G_TYPE_STRING) {
+      *why = g_strdup ("\"text\" (a string) is required");
+    } else if (int_member (o, "beam", 1, MAX_BEAM, &ds.beam, why) &&
+               int_member (o, "min_len", 0, MAX_LEN, &ds.min_len, why) &&
+               int_member (o, "max_len", 1, MAX_LEN, &ds.max_len, why)) {
+      char *text = g_strdup (json_node_get_string (t));
+      for (char *c = text; *c; c++)   /* one article a line, as --input reads them */
+        if (*c == '\n' || *c == '\r' || *c == '\t')
+          *c = ' ';
+      if (!*g_strstrip (text)) {
+        *why = g_strdup ("\"text\" is empty");
+        g_free (text);
+      } else if (ds.min_len > ds.max_len) {
+        *why = g_strdup_printf ("min_len %d is above max_len %d", ds.min_len, ds.max_len);
+        g_free (text);
+      } else {
+        j = g_new0 (Job, 1);
+        j->text = text;
+        j->ds = ds;
+      }
+    }
+  }
+  g_object_unref (p);
+  return j;
+}
+
+static void
+handle_summarize (SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *query, gpointer data)
+{
+  Server *s = data;
+  if (strcmp (soup_server_message_get_method (msg), SOUP_METHOD_POST) != 0) {
+    soup_message_headers_replace (soup_server_message_get_response_headers (msg), "Allow", "POST");
+    respond_error (msg, SOUP_STATUS_METHOD_NOT_ALLOWED, "POST a JSON object {\"text\": \"...\"} to /summarize");
+    return;
+  }
+  SoupMessageBody *body = soup_server_message_get_request_body (msg);
+  if ((gsize) body->length > s->max_body) {
+    respond_error (msg, SOUP_STATUS_REQUEST_ENTITY_TOO_LARGE, "the body is %ld bytes; at most %zu are accepted",
+                   (long) body->length, s->max_body);
+    return;
+  }
+  char *why = NULL;
+  Job *j = parse_request (s, body->data ? body->data : "", (gsize) body->length, &why);
+  if (!j) {
+    respond_error (msg, SOUP_STATUS_BAD_REQUEST, "%s", why);
+    if (!s->quiet)
+      fprintf (stderr, "psm-run serve: POST /summarize 400: %s\n", why);
+    g_free (why);
+    return;
+  }
+  if (g_atomic_int_get (&s->queued) >= s->max_queue) {
+    soup_message_headers_replace (soup_server_message_get_response_headers (msg), "Retry-After", "1");
+    respond_error (msg, SOUP_STATUS_SERVICE_UNAVAILABLE, "busy: %d requests are queued; retry later", s->max_queue);
+    g_free (j->text);
+    g_free (j);
+    return;
+  }
+  j->msg = g_object_ref (msg);
+  j->t0 = g_get_monotonic_time ();
+  g_object_set_data (G_OBJECT (msg), "psm-server", s);
+  g_atomic_int_inc (&s->queued);
+  soup_server_message_pause (msg);
+  g_async_queue_push (s->queue, j);
+}
+
+/* Bodies past --max-body are refused from their headers, before they are read. */
+static void
+early_limit (SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *query, gpointer data)
+{
+  Server *s = data;
+  goffset n = soup_message_headers_get_content_length (soup_server_message_get_request_headers (msg));
+  if (n > (goffset) s->max_body)
+    respond_error (msg, SOUP_STATUS_REQUEST_ENTITY_TOO_LARGE, "the body is %ld bytes; at most %zu are accepted",
+                   (long) n, s->max_body);
+}
+
+static void
+handle_other (SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *query, gpointer data)
+{
+  Server *s = data;
+  const char *method = soup_server_message_get_method (msg);
+  gboolean get = strcmp (method, SOUP_METHOD_GET) == 0 || strcmp (method, SOUP_METHOD_HEAD) == 0;
+  if (strcmp (path, "/") == 0 || strcmp (path, "/index.html") == 0) {
+    if (!get) {
+      respond_error (msg, SOUP_STATUS_METHOD_NOT_ALLOWED, "GET the page; POST texts to /summarize");
+      return;
+    }
+    soup_server_message_set_status (msg, SOUP_STATUS_OK, NULL);
+    soup_server_message_set_response (msg, "text/html; charset=utf-8", SOUP_MEMORY_STATIC, s->page, strlen (s->page));
+  } else if (strcmp (path, "/health") == 0 && get) {
+    GString *h = g_string_new ("{\"status\": \"ok\", \"checkpoint\": ");
+    psm_json_string (h, s->checkpoint);
+    g_string_append_printf (h, ", \"step\": %ld, \"queued\": %d, \"served\": %ld}\n", s->step,
+                            g_atomic_int_get (&s->queued), s->served);
+    respond (msg, SOUP_STATUS_OK, h->str);
+    g_string_free (h, TRUE);
+  } else {
+    respond_error (msg, SOUP_STATUS_NOT_FOUND, "no such page: %s (GET /, POST /summarize, GET /health)", path);
+  }
+}
+
+static gboolean
+on_signal (gpointer data)
+{
+  Server *s = data;
+  fprintf (stderr, "psm-run serve: stopping\n");
+  g_main_loop_quit (s->loop);
+  return G_SOURCE_CONTINUE;   /* removed by psm_serve_main */
+}
+
+static gint opt_port = 8080, opt_queue = 64, opt_max_body = 1 << 20, opt_batch_wait = 2;
+static gchar *opt_host;
+static gboolean opt_quiet;
+static gchar **opt_set;
+static GOptionEntry serve_entries[] = {
+  { "port", 'p', 0, G_OPTION_ARG_INT, &opt_port, "TCP port (default 8080; 0: any free port, printed)", "P" },
+  { "host", 0, 0, G_OPTION_ARG_STRING, &opt_host,
+    "Address to listen on (default 127.0.0.1, this machine only; 0.0.0.0: every interface)", "ADDRESS" },
+  { "queue", 0, 0, G_OPTION_ARG_INT, &opt_queue, "Requests that may wait; more get 503 (default 64)", "N" },
+  { "max-body", 0, 0, G_OPTION_ARG_INT, &opt_max_body, "Largest request body in bytes; larger get 413 (default 1 MiB)",
+    "BYTES" },
+  { "batch-wait", 0, 0, G_OPTION_ARG_INT, &opt_batch_wait,
+    "Milliseconds the decoder waits for more requests to batch with the first (default 2)", "MS" },
+  { "set", 's', 0, G_OPTION_ARG_STRING_ARRAY, &opt_set, "Override a setting of the run's pipeline (repeatable)",
+    "KEY.PATH=VALUE" },
+  { "quiet", 'q', 0, G_OPTION_ARG_NONE, &opt_quiet, "Do not log requests", NULL },
+  { NULL }
+};
+
+/* The run: RUN_DIR (its pipeline.cfg, run.dir pointed at it) or a pipeline. */
+static gboolean
+load_run (Server *s, const char *what, GError **error)
+{
+  GPtrArray *sets = g_ptr_array_new_with_free_func (g_free);
+  char *cfg;
+  if (g_file_test (what, G_FILE_TEST_IS_DIR)) {
+    cfg = g_build_filename (what, "pipeline.cfg", NULL);
+    GString *d = g_string_new ("run.dir=");
+    psm_json_string (d, what);
+    g_ptr_array_add (sets, g_string_free (d, FALSE));
+  } else {
+    cfg = g_strdup (what);
+  }
+  for (gchar **o = opt_set; o && *o; o++)
+    g_ptr_array_add (sets, g_strdup (*o));
+  g_ptr_array_add (sets, NULL);
+  PsmPipeline *pl = psm_pipeline_load (cfg, (const char *const *) sets->pdata, error);
+  g_ptr_array_unref (sets);
+  g_free (cfg);
+  if (!pl)
+    return FALSE;
+  psm_pipeline_set_eval_only (pl, TRUE);
+  PsmModel *m = psm_model_new (pl, FALSE, error);
+  if (m && !psm_model_has_decoder (m)) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_USAGE, "%s: serve needs a pipeline with a decoder (a summariser)",
+                 what);
+    psm_model_free (m);
+    m = NULL;
+  }
+  if (!m || !psm_run_select_phase (&pl, &m, error) || !(s->checkpoint = psm_run_load_best (m, &s->step, error))) {
+    if (m)
+      psm_model_free (m);
+    psm_pipeline_free (pl);
+    return FALSE;
+  }
+  s->model = m;
+  s->pipeline = pl;
+  psm_model_get_decode (m, &s->defaults);
+  s->defaults.beam = MIN (s->defaults.beam, MAX_BEAM);
+  s->defaults.max_len = MIN (s->defaults.max_len, MAX_LEN);
+  s->defaults.min_len = MIN (s->defaults.min_len, s->defaults.max_len);
+  s->batch = (int) MAX (1, psm_section_int (psm_pipeline_section (pl, "eval"), "batch"));
+  return TRUE;
+}
+
+int
+psm_serve_main (int argc, char **argv)
+{
+  GError *e = NULL;
+  GOptionContext *ctx = g_option_context_new ("RUN_DIR|PIPELINE.cfg — serve a trained summariser over HTTP");
+  g_option_context_add_main_entries (ctx, serve_entries, NULL);
+  g_option_context_set_description (ctx,
+    "GET / the page with a text box; POST /summarize {\"text\", \"beam\", \"min_len\", \"max_len\"} -> the summary\n"
+    "with per-token copy and attention data; GET /health. Listens on 127.0.0.1 unless --host says otherwise.\n"
+    "Stop it with Ctrl-C (SIGINT) or SIGTERM.\n");
+  gboolean parsed = g_option_context_parse (ctx, &argc, &argv, &e);
+  g_option_context_free (ctx);
+  if (!parsed || argc != 2 || opt_port < 0 || opt_port > 65535 || opt_queue < 1 || opt_max_body < 64) {
+    fprintf (stderr, "psm-run serve: %s (try psm-run serve --help)\n",
+             !parsed ? e->message : argc != 2 ? "expected one run folder or pipeline file"
+             : opt_port < 0 || opt_port > 65535 ? "--port: expected 0 to 65535"
+             : opt_queue < 1 ? "--queue: expected 1 or more" : "--max-body: expected 64 bytes or more");
+    g_clear_error (&e);
+    return 2;
+  }
+  Server s = { 0 };
+  s.max_queue = opt_queue;
+  s.max_body = (gsize) opt_max_body;
+  s.quiet = opt_quiet;
+  s.batch_wait = 1000 * (gint64) MAX (opt_batch_wait, 0);
+  if (!load_run (&s, argv[1], &e)) {
+    gboolean usage = e->domain == PSM_CONFIG_ERROR || e->domain == PSM_PLUGIN_ERROR ||
+                     (e->domain == PSM_RUN_ERROR && e->code == PSM_RUN_ERROR_USAGE);
+    fprintf (stderr, "psm-run serve: %s\n", e->message);
+    g_error_free (e);
+    return usage ? 2 : 1;
+  }
+  GString *data = g_string_new ("{\"mode\": \"serve\", \"title\": ");
+  char *title = g_strdup_printf ("psm serve — %s", argv[1]);
+  psm_json_string (data, title);
+  g_free (title);
+  g_string_append (data, ", \"summary\": ");
+  char *summary = g_strdup_printf ("checkpoint %s (update %ld)", s.checkpoint, s.step);
+  psm_json_string (data, summary);
+  g_free (summary);
+  g_string_append_printf (data, ", \"defaults\": {\"beam\": %d, \"min_len\": %d, \"max_len\": %d}, \"examples\": []}",
+                          s.defaults.beam, s.defaults.min_len, s.defaults.max_len);
+  s.page = psm_view_page (data->str, &e);
+  g_string_free (data, TRUE);
+  int rc = 0;
+  s.server = soup_server_new ("server-header", "psm-run-serve ", NULL);
+  soup_server_add_early_handler (s.server, "/summarize", early_limit, &s, NULL);
+  soup_server_add_handler (s.server, "/summarize", handle_summarize, &s, NULL);
+  soup_server_add_handler (s.server, NULL, handle_other, &s, NULL);
+  const char *host = opt_host ? opt_host : "127.0.0.1";
+  GSocketAddress *addr = g_inet_socket_address_new_from_string (host, (guint) opt_port);
+  if (!s.page) {
+    fprintf (stderr, "psm-run serve: %s\n", e->message);
+    rc = 1;
+  } else if (!addr) {
+    fprintf (stderr, "psm-run serve: --host %s: not an IP address (e.g. 127.0.0.1, ::1, 0.0.0.0)\n", host);
+    rc = 2;
+  } else if (!soup_server_listen (s.server, addr, 0, &e)) {
+    fprintf (stderr, "psm-run serve: cannot listen on %s port %d: %s\n", host, opt_port, e->message);
+    rc = 1;
+  }
+  g_clear_error (&e);
+  if (rc == 0) {
+    GSList *uris = soup_server_get_uris (s.server);
+    char *uri = uris ? g_uri_to_string (uris->data) : g_strdup ("?");
+    g_slist_free_full (uris, (GDestroyNotify) g_uri_unref);
+    printf ("psm-run serve: %s (checkpoint %s, update %ld); POST %ssummarize; Ctrl-C stops\n", uri, s.checkpoint,
+            s.step, uri);
+    fflush (stdout);
+    g_free (uri);
+    s.queue = g_async_queue_new ();
+    s.loop = g_main_loop_new (NULL, FALSE);
+    GThread *w = g_thread_new ("psm-serve-worker", worker, &s);
+    guint sig_int = g_unix_signal_add (SIGINT, on_signal, &s), sig_term = g_unix_signal_add (SIGTERM, on_signal, &s);
+    g_main_loop_run (s.loop);
+    g_source_remove (sig_int);
+    g_source_remove (sig_term);
+    g_async_queue_push (s.queue, &stop_marker);
+    g_thread_join (w);
+    /* answer what the worker finished or refused */
+    while (g_main_context_iteration (NULL, FALSE))
+      ;
+    soup_server_disconnect (s.server);
+    g_main_loop_unref (s.loop);
+    g_async_queue_unref (s.queue);
+    fprintf (stderr, "psm-run serve: served %ld request%s\n", s.served, s.served == 1 ? "" : "s");
+  }
+  if (addr)
+    g_object_unref (addr);
+  g_object_unref (s.server);
+  g_free (s.page);
+  g_free (s.checkpoint);
+  psm_model_free (s.model);
+  psm_pipeline_free (s.pipeline);
+  return rc;
+}

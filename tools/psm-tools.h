@@ -1,0 +1,34 @@
+/* psm-tools.h — the sub-commands of psm-run that read a run's outputs:
+ * view (an HTML page of decoded examples), plot (learning curves as SVG)
+ * and serve (an HTTP summariser). Each parses its own options and returns
+ * the exit status: 0 ok, 1 runtime error, 2 usage error. */
+#ifndef PSM_TOOLS_H
+#define PSM_TOOLS_H
+#include <glib.h>
+
+int psm_view_main (int argc, char **argv);
+int psm_plot_main (int argc, char **argv);
+int psm_serve_main (int argc, char **argv);
+
+/* The viewer page (tools/view.html, compiled in) with data, a JSON object
+ * ({"title", "mode": "file" | "serve", "summary", "examples": [...]}),
+ * put into its data element; '<' is escaped so no text ends the script. */
+char *psm_view_page (const char *data_json, GError **error);
+/* A JSON string literal of s (quotes included) appended to out. */
+void psm_json_string (GString *out, const char *s);
+/* Per-example ROUGE-1/2/L F1 (%) of a decoded record, with the rouge metric
+ * plugin; NULL if the plugin is not found (with a warning once). The
+ * returned object text is appended to out as ", \"rouge\": {...}". */
+typedef struct PsmRougeScorer PsmRougeScorer;
+PsmRougeScorer *psm_rouge_scorer_new (void);
+void psm_rouge_scorer_free (PsmRougeScorer *r);
+gboolean psm_rouge_scorer_score (PsmRougeScorer *r, const char *hyp, const char *ref, const char *src, double f[3]);
+/* A decoded record (one --json line) checked for what the page reads:
+ * tokens (strings), source (strings), and where present p_gen, copied,
+ * attention_weights (one list per token), coverage and importance (one
+ * value per source token), reference (a string). FALSE with a message. */
+gboolean psm_view_check_record (const char *line, char **why);
+/* The record line with ", \"rouge\": {...}" added when it has a reference
+ * and r is not NULL; the mean F1s accumulated into sum[3], *n. */
+char *psm_view_record (const char *line, PsmRougeScorer *r, double sum[3], int *n);
+#endif
