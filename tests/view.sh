@@ -75,7 +75,16 @@ grep -q '<polyline class="curve" stroke="#1f77b4" data-run="0" data-series="loss
   && grep -q 'data-series="loss (valid)"' "$tmp/run/curves.svg" && ok "training and validation loss curves" || bad "loss curves"
 "$run" "$tmp/sum.cfg" --quiet --set "run.dir=\"$tmp/run2\"" --set train.seed=7 > /dev/null 2>&1
 expect 0 "plot two runs into one file" "2 runs" -- "$run" plot "$tmp/run" "$tmp/run2" -o "$tmp/two.svg"
-grep -q 'data-run="1"' "$tmp/two.svg" && grep -q "$tmp/run2</text>" "$tmp/two.svg" && ok "a colour and a legend entry per run" || bad "two runs"
+grep -q 'data-run="1"' "$tmp/two.svg" && grep -q ">$tmp/run2" "$tmp/two.svg" && ok "a colour and a legend entry per run" || bad "two runs"
+printf '%s\n' '{"step": 1, "split": "train", "time": 1.0, "loss": 2.0}' '{"step": 2, "split": "train", "time": 2.0, "loss": 1.5}' \
+  '{"step": 2, "split": "valid", "time": 2.1, "loss": 1.7, "examples": 5, "rouge1_f": 10.5}' \
+  '{"step": 3, "split": "train", "time": 0.5, "loss": 1.4}' '{"step": 4, "split": "train", "time": 0.9, "loss": 1.3}' \
+  '{"step": 4, "split": "valid", "time": 1.0, "loss": 1.6, "examples": 5, "rouge1_f": 12.25}' \
+  '{"step": 4, "split": "test", "time": 1.2, "loss": 1.6, "examples": 5, "rouge1_f": 11}' > "$tmp/made.jsonl"
+expect 0 "plot a log with a metric, a restart and a test record" "loss and 1 metric" -- "$run" plot "$tmp/made.jsonl" -o "$tmp/made.svg"
+grep -q 'data-series="rouge1_f"' "$tmp/made.svg" && grep -c 'class="restart"' "$tmp/made.svg" | grep -q '^2$' \
+  && grep -q 'test at update 4 (5 examples): rouge1_f 11<' "$tmp/made.svg" \
+  && ok "a metric panel, the restart marked in both panels, the test metrics in the legend" || { cp "$tmp/made.svg" "$tmp/out"; bad "metric, restart, test"; }
 expect 1 "plot a folder without log.jsonl" "log.jsonl" -- "$run" plot "$tmp/empty"
 printf '{"step": 1, "split": "train", "loss": 2.0}\nnot json\n' > "$tmp/badlog.jsonl"
 expect 1 "plot a corrupt log: file and line" "badlog.jsonl:2: not a JSON object" -- "$run" plot "$tmp/badlog.jsonl" -o "$tmp/x.svg"

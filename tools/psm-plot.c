@@ -111,7 +111,9 @@ read_run (const char *dir, Run *r, GError **error)
       }
       g_list_free (members);
       g_free (r->test);
-      r->test = k ? g_strdup_printf ("test at update %g: %s", step, t->str) : NULL;
+      r->test = k ? g_strdup_printf ("test at update %g (%g examples): %s", step,
+                                     json_object_has_member (o, "examples") ? json_object_get_double_member (o, "examples")
+                                                                             : 0.0, t->str) : NULL;
       g_string_free (t, TRUE);
       continue;
     }
