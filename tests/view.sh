@@ -69,6 +69,28 @@ expect 1 "a run never decoded with --json: what to do" "decode with --json first
 expect 2 "view without a run" "expected one run folder or .jsonl file" -- "$run" view
 expect 2 "view --split other" "expected valid or test" -- "$run" view --split train "$tmp/run"
 
+# a language model's per-word records: pages of words shaded by the sentinel gate
+awk 'BEGIN { srand (3); for (l = 0; l < 300; l++) { n = 3 + int (rand () * 8); k = int (rand () * 20); s = "";
+  for (i = 0; i < n; i++) s = s (i ? " " : "") "w" ((k + i) % 20); print s } }' > "$tmp/lm.train.txt"
+head -40 "$tmp/lm.train.txt" > "$tmp/lm.valid.txt"
+cat > "$tmp/lm.cfg" <<CFG
+task = { plugin = "lm"; train = "$tmp/lm.train.txt"; valid = "$tmp/lm.valid.txt"; test = "$tmp/lm.valid.txt"; bptt = 10; };
+model = { embedding = { dim = 16; }; encoder = { plugin = "lstm_lm"; hidden = 16; layers = 1; };
+          head = { plugin = "pointer_sentinel"; window = 8; }; };
+train = { batch = 8; steps = 40; eval_every = 40; log_every = 20; optimizer = { name = "adam"; lr = 0.01; }; };
+eval = { batch = 5; };
+run = { dir = "$tmp/lmrun"; };
+metrics = ( "perplexity" );
+CFG
+"$run" "$tmp/lm.cfg" --quiet > /dev/null 2>&1 && "$run" "$tmp/lm.cfg" --mode decode > /dev/null 2>&1
+expect 0 "view of a language model's run: its per-word records in pages" "words in [0-9]* pages of 100 · perplexity" -- \
+  "$run" view "$tmp/lmrun"
+lmpage="$tmp/lmrun/view.test.html"
+grep -q '"lm": true, "perplexity": ' "$lmpage" && grep -q '"logp": \[-' "$lmpage" && grep -q '"p_gen": \[0\.' "$lmpage" \
+  && ok "pages hold words, log p and the sentinel gate" || bad "LM page contents"
+printf '0\tw1\t-1.5\t0.5\n1\tw2\tbad\t0.5\n' > "$tmp/badlm.txt"
+expect 1 "a malformed per-word record: file and line" "badlm.txt:2: expected" -- "$run" view "$tmp/badlm.txt"
+
 # learning curves
 expect 0 "plot RUN: RUN/curves.svg" "curves.svg: 1 run, loss and" -- "$run" plot "$tmp/run"
 grep -q '<polyline class="curve" stroke="#1f77b4" data-run="0" data-series="loss (train)"' "$tmp/run/curves.svg" \
@@ -109,6 +131,9 @@ else
   chrome --dump-dom "file://$tmp/evil.html" > "$tmp/evil-dom.html" 2> /dev/null
   grep -q 'data-status="rendered 3"' "$tmp/evil-dom.html" && ! grep -q '<title>pwned' "$tmp/evil-dom.html" \
     && ok "a reference holding </script> renders as text" || bad "a reference holding </script> renders as text"
+  chrome --dump-dom "file://$lmpage?selftest" > "$tmp/lmdom.html" 2> /dev/null
+  grep -q 'data-selftest="pass: “w[0-9]*”: log p -[0-9.]*; sentinel gate' "$tmp/lmdom.html" \
+    && ok "chromium: a language model's word shows its log p and sentinel gate on hover" || { grep -o '<body[^>]*>' "$tmp/lmdom.html" > "$tmp/out"; bad "LM page hover"; }
   chrome --screenshot="$tmp/shot.png" --window-size=1200,900 "file://$page" > /dev/null 2>&1
   [ "$(wc -c < "$tmp/shot.png" 2> /dev/null || echo 0)" -gt 10000 ] && ok "a screenshot of the page" || bad "a screenshot of the page"
   chrome --dump-dom "file://$tmp/two.svg" > "$tmp/svg-dom.html" 2> /dev/null

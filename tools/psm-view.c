@@ -8,6 +8,7 @@
  * the reference and the example's ROUGE. */
 #include "config.h"
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <glib/gstdio.h>
@@ -256,6 +257,86 @@ psm_view_record (const char *line, PsmRougeScorer *r, double sum[3], int *n)
   return out ? out : g_strdup (line);
 }
 
+/* A language model's per-word records (psm-run --mode decode of an lm
+ * pipeline: "index TAB word TAB log p TAB gate" a line, the gate "-" for a
+ * head without one) as pages of 100 words each: tokens, logp, p_gen (the
+ * pointer sentinel's gate g, the vocabulary softmax's share) and the
+ * page's perplexity. FALSE with why at the first malformed line. */
+static gboolean
+lm_records (char *text, const char *file, int max_pages, GString *ex, int *n_pages, double *nll, long *words,
+            char **why)
+{
+  enum { PAGE = 100 };
+  GString *tok = g_string_new (NULL), *lp = g_string_new (NULL), *gate = g_string_new (NULL);
+  int in_page = 0, lineno = 0, first = -1;
+  double page_nll = 0.0;
+  gboolean ok = TRUE;
+  char *line = text, *next;
+  for (; line && *line && ok; line = next) {
+    lineno++;
+    next = strchr (line, '\n');
+    if (next)
+      *next++ = '\0';
+    if (!*line)
+      continue;
+    char **f = g_strsplit (line, "\t", -1);
+    char *end1 = NULL, *end2 = NULL, *end3 = NULL;
+    long idx = g_strv_length (f) == 4 ? strtol (f[0], &end1, 10) : -1;
+    double logp = idx >= 0 ? g_ascii_strtod (f[2], &end2) : 0.0;
+    double g = idx >= 0 && strcmp (f[3], "-") ? g_ascii_strtod (f[3], &end3) : NAN;
+    if (idx < 0 || *end1 || !end2 || *end2 || (end3 && *end3) || logp > 0.0) {
+      *why = g_strdup_printf ("%s:%d: expected \"index TAB word TAB log p TAB gate\" (a language model's "
+                              "psm-run --mode decode output)", file, lineno);
+      ok = FALSE;
+    } else if (max_pages == 0 || *n_pages < max_pages) {
+      if (in_page == 0)
+        first = (int) idx;
+      g_string_append (tok, in_page ? ", " : "");
+      psm_json_string (tok, f[1]);
+      g_string_append_printf (lp, "%s%.4f", in_page ? ", " : "", logp);
+      if (isfinite (g))
+        g_string_append_printf (gate, "%s%.4f", in_page ? ", " : "", g);
+      else
+        g_string_append_printf (gate, "%snull", in_page ? ", " : "");
+      page_nll -= logp;
+      *nll -= logp;
+      (*words)++;
+      if (++in_page == PAGE || !next || !*next) {
+        g_string_append_printf (ex, "%s{\"example\": %d, \"head\": \"lm\", \"lm\": true, \"perplexity\": %.4g, "
+                                "\"tokens\": [%s], \"logp\": [%s], \"p_gen\": [%s]}", (*n_pages)++ ? ",\n" : "", first,
+                                exp (page_nll / in_page), tok->str, lp->str, gate->str);
+        g_string_truncate (tok, 0);
+        g_string_truncate (lp, 0);
+        g_string_truncate (gate, 0);
+        in_page = 0;
+        page_nll = 0.0;
+      }
+    }
+    g_strfreev (f);
+  }
+  g_string_free (tok, TRUE);
+  g_string_free (lp, TRUE);
+  g_string_free (gate, TRUE);
+  return ok;
+}
+
+/* Whether the first line of a file reads "index TAB word TAB log p TAB gate". */
+static gboolean
+is_lm_output (const char *path)
+{
+  FILE *f = fopen (path, "r");
+  char buf[4096];
+  gboolean yes = f && fgets (buf, sizeof buf, f) && g_ascii_isdigit (buf[0]) && strchr (buf, '\t');
+  if (yes) {
+    char **fl = g_strsplit (g_strchomp (buf), "\t", -1);
+    yes = g_strv_length (fl) == 4;
+    g_strfreev (fl);
+  }
+  if (f)
+    fclose (f);
+  return yes;
+}
+
 static gchar *opt_output;
 static gint opt_examples = 100;
 static gchar *opt_split;
@@ -298,13 +379,20 @@ psm_view_main (int argc, char **argv)
   if (g_file_test (argv[1], G_FILE_TEST_IS_DIR)) {
     char *name = g_strdup_printf ("decode.%s.jsonl", split), *page = g_strdup_printf ("view.%s.html", split);
     in = g_build_filename (argv[1], name, NULL);
+    char *txt = g_strdup_printf ("%.*s.txt", (int) strlen (in) - 6, in);
+    if (!g_file_test (in, G_FILE_TEST_EXISTS) && g_file_test (txt, G_FILE_TEST_EXISTS) && is_lm_output (txt)) {
+      g_free (in);   /* a language model's run: its per-word records */
+      in = g_strdup (txt);
+    }
+    g_free (txt);
     out = opt_output ? g_strdup (opt_output) : g_build_filename (argv[1], page, NULL);
     g_free (name);
     g_free (page);
   } else {
     in = g_strdup (argv[1]);
     out = opt_output ? g_strdup (opt_output)
-                     : g_strdup_printf ("%.*s.html", (int) (strlen (in) - (g_str_has_suffix (in, ".jsonl") ? 6 : 0)), in);
+                     : g_strdup_printf ("%.*s.html", (int) (strlen (in) - (g_str_has_suffix (in, ".jsonl") ? 6 :
+                                                                            g_str_has_suffix (in, ".txt") ? 4 : 0)), in);
   }
   char *text = NULL;
   int rc = 0;
@@ -317,11 +405,22 @@ psm_view_main (int argc, char **argv)
     g_free (out);
     return 1;
   }
-  PsmRougeScorer *rouge = psm_rouge_scorer_new ();
+  gboolean lm = is_lm_output (in);
+  PsmRougeScorer *rouge = lm ? NULL : psm_rouge_scorer_new ();
   GString *ex = g_string_new (NULL);
-  double sum[3] = { 0, 0, 0 };
+  double sum[3] = { 0, 0, 0 }, nll = 0.0;
+  long words = 0;
   int n = 0, n_rouge = 0, lineno = 0;
   char *line = text, *next;
+  if (lm) {
+    char *why = NULL;
+    if (!lm_records (text, in, opt_examples, ex, &n, &nll, &words, &why)) {
+      fprintf (stderr, "psm-run view: %s\n", why);
+      g_free (why);
+      rc = 1;
+    }
+    line = NULL;
+  }
   for (; line && *line && (opt_examples == 0 || n < opt_examples); line = next) {
     lineno++;
     next = strchr (line, '\n');
@@ -351,7 +450,8 @@ psm_view_main (int argc, char **argv)
     char *title = g_strdup_printf ("psm view — %s", in);
     psm_json_string (data, title);
     g_free (title);
-    char *summary = n_rouge ? g_strdup_printf ("%d example%s · mean ROUGE-1/2/L F1 %.2f / %.2f / %.2f", n,
+    char *summary = lm ? g_strdup_printf ("%ld words in %d pages of 100 · perplexity %.2f", words, n, exp (nll / MAX (words, 1)))
+                    : n_rouge ? g_strdup_printf ("%d example%s · mean ROUGE-1/2/L F1 %.2f / %.2f / %.2f", n,
                                                n == 1 ? "" : "s", sum[0] / n_rouge, sum[1] / n_rouge, sum[2] / n_rouge)
                             : g_strdup_printf ("%d example%s", n, n == 1 ? "" : "s");
     g_string_append (data, ", \"summary\": ");
