@@ -35,6 +35,8 @@ mkdir "$tmp/build"
 cd "$tmp/build" || exit 1
 step "psm configured with --prefix of its own" "$tmp/configure.log" \
   "$tmp/psm-src/configure" --prefix="$prefix" --without-mpi CFLAGS="-O1 -g0"
+if grep -q "cannot remove" "$tmp/configure.log"; then bad "configure prints no rm errors about core/" "$tmp/configure.log"
+else ok "configure prints no rm errors about core/"; fi
 step "psm built and installed" "$tmp/install.log" make -j2 install
 for f in bin/psm-run lib/pkgconfig/psm.pc share/aclocal/psm.m4 include/psm/psm/psm-head.h \
          lib/psm/plugins/psm-head-softmax.so share/bash-completion/completions/psm-run; do
