@@ -41,6 +41,8 @@ check "./psm-run --describe " train.optimizer
 check "./psm-run score --metric r" rouge repetition_x
 check "./psm-run score --metric " bleu softmax
 check "./psm-run serve --p" --port
+check "./psm-run serve --b" --batch-wait
+check "./psm-run view --split " valid
 check "./psm-run view --" --output --resume
 check "./psm-run plot r" runs a.cfg
 echo "Checks: $n, Failures: $fails"

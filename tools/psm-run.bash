@@ -38,7 +38,7 @@ _psm_run ()
     --metric) COMPREPLY=($(compgen -W "$(_psm_run_plugins "$cmd" metric)" -- "$cur")); return ;;
     --input | -i | --source | --output | -o)
       COMPREPLY=($(compgen -f -- "$cur")); compopt -o filenames 2> /dev/null; return ;;
-    --stop-after | --port | --sep | --set | -s | --host | --examples | --max-body | --queue) return ;;
+    --stop-after | --port | --sep | --set | -s | --host | --examples | -n | --max-body | --queue | --batch-wait) return ;;
   esac
 
   if [[ $cur == -* ]]; then
@@ -46,9 +46,9 @@ _psm_run ()
                 --json --input --version"
     case $sub in
       score) opts="--help --metric --sep --source --set" ;;
-      view) opts="--help --output --examples" ;;
+      view) opts="--help --output --examples --split" ;;
       plot) opts="--help --output" ;;
-      serve) opts="--help --port --host --queue --max-body --quiet" ;;
+      serve) opts="--help --port --host --queue --max-body --batch-wait --set --quiet" ;;
     esac
     COMPREPLY=($(compgen -W "$opts" -- "$cur"))
     return
