@@ -131,6 +131,18 @@ else
   chrome --dump-dom "file://$tmp/evil.html" > "$tmp/evil-dom.html" 2> /dev/null
   grep -q 'data-status="rendered 3"' "$tmp/evil-dom.html" && ! grep -q '<title>pwned' "$tmp/evil-dom.html" \
     && ok "a reference holding </script> renders as text" || bad "a reference holding </script> renders as text"
+  # read-again weights: a record with "importance" underlines its source words
+  if /usr/bin/python3 -c 'import json' 2> /dev/null; then
+    head -1 "$j" | /usr/bin/python3 -c 'import json, sys
+r = json.loads(sys.stdin.readline())
+r["importance"] = [round((i % 10) / 10, 2) for i in range(len(r["source"]))]
+print(json.dumps(r))' > "$tmp/imp.jsonl"
+    "$run" view "$tmp/imp.jsonl" > /dev/null 2>&1
+    chrome --dump-dom "file://$tmp/imp.html" > "$tmp/imp-dom.html" 2> /dev/null
+    grep -q 'border-bottom-color: rgba(120, 40, 160, 0.9)' "$tmp/imp-dom.html" && grep -q 'title="importance 0.900' "$tmp/imp-dom.html" \
+      && ! grep -q 'id="implegend" class="hidden"\|class="hidden" id="implegend"' "$tmp/imp-dom.html" \
+      && ok "chromium: read-again importance underlines the source words" || bad "importance shown"
+  fi
   chrome --dump-dom "file://$lmpage?selftest" > "$tmp/lmdom.html" 2> /dev/null
   grep -q 'data-selftest="pass: “w[0-9]*”: log p -[0-9.]*; sentinel gate' "$tmp/lmdom.html" \
     && ok "chromium: a language model's word shows its log p and sentinel gate on hover" || { grep -o '<body[^>]*>' "$tmp/lmdom.html" > "$tmp/out"; bad "LM page hover"; }
