@@ -270,18 +270,10 @@ int
 psm_plot_main (int argc, char **argv)
 {
   GError *e = NULL;
-  GOptionContext *ctx = g_option_context_new ("RUN_DIR [RUN_DIR...] — learning curves as SVG");
-  g_option_context_add_main_entries (ctx, plot_entries, NULL);
-  g_option_context_set_description (ctx,
+  if (!psm_tool_options ("plot", "RUN_DIR [RUN_DIR...] — learning curves as SVG",
     "Reads each run's log.jsonl and draws training loss (solid) and validation loss (dashed), then one\n"
-    "panel per validation metric, one colour per run, into one SVG file.\n");
-  gboolean parsed = g_option_context_parse (ctx, &argc, &argv, &e);
-  g_option_context_free (ctx);
-  if (!parsed) {
-    fprintf (stderr, "psm-run plot: %s (try psm-run plot --help)\n", e->message);
-    g_error_free (e);
+    "panel per validation metric, one colour per run, into one SVG file.\n", plot_entries, &argc, &argv))
     return 2;
-  }
   if (argc < 2) {
     fprintf (stderr, "psm-run plot: expected one run folder or more (try psm-run plot --help)\n");
     return 2;

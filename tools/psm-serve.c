@@ -455,20 +455,16 @@ int
 psm_serve_main (int argc, char **argv)
 {
   GError *e = NULL;
-  GOptionContext *ctx = g_option_context_new ("RUN_DIR|PIPELINE.cfg — serve a trained summariser over HTTP");
-  g_option_context_add_main_entries (ctx, serve_entries, NULL);
-  g_option_context_set_description (ctx,
+  if (!psm_tool_options ("serve", "RUN_DIR|PIPELINE.cfg — serve a trained summariser over HTTP",
     "GET / the page with a text box; POST /summarize {\"text\", \"beam\", \"min_len\", \"max_len\"} -> the summary\n"
     "with per-token copy and attention data; GET /health. Listens on 127.0.0.1 unless --host says otherwise.\n"
-    "Stop it with Ctrl-C (SIGINT) or SIGTERM.\n");
-  gboolean parsed = g_option_context_parse (ctx, &argc, &argv, &e);
-  g_option_context_free (ctx);
-  if (!parsed || argc != 2 || opt_port < 0 || opt_port > 65535 || opt_queue < 1 || opt_max_body < 64) {
+    "Stop it with Ctrl-C (SIGINT) or SIGTERM.\n", serve_entries, &argc, &argv))
+    return 2;
+  if (argc != 2 || opt_port < 0 || opt_port > 65535 || opt_queue < 1 || opt_max_body < 64) {
     fprintf (stderr, "psm-run serve: %s (try psm-run serve --help)\n",
-             !parsed ? e->message : argc != 2 ? "expected one run folder or pipeline file"
+             argc != 2 ? "expected one run folder or pipeline file"
              : opt_port < 0 || opt_port > 65535 ? "--port: expected 0 to 65535"
              : opt_queue < 1 ? "--queue: expected 1 or more" : "--max-body: expected 64 bytes or more");
-    g_clear_error (&e);
     return 2;
   }
   Server s = { 0 };

@@ -14,6 +14,10 @@ int psm_serve_main (int argc, char **argv);
  * ({"title", "mode": "file" | "serve", "summary", "examples": [...]}),
  * put into its data element; '<' is escaped so no text ends the script. */
 char *psm_view_page (const char *data_json, GError **error);
+/* Parses a sub-command's options (psm-run NAME ...); FALSE after printing
+ * "psm-run NAME: what is wrong (try psm-run NAME --help)". */
+gboolean psm_tool_options (const char *name, const char *params, const char *description, GOptionEntry *entries,
+                           int *argc, char ***argv);
 /* A JSON string literal of s (quotes included) appended to out. */
 void psm_json_string (GString *out, const char *s);
 /* Per-example ROUGE-1/2/L F1 (%) of a decoded record, with the rouge metric

@@ -40,6 +40,23 @@ psm_json_string (GString *out, const char *s)
   g_string_append_c (out, '"');
 }
 
+gboolean
+psm_tool_options (const char *name, const char *params, const char *description, GOptionEntry *entries, int *argc,
+                  char ***argv)
+{
+  GError *e = NULL;
+  GOptionContext *ctx = g_option_context_new (params);
+  g_option_context_add_main_entries (ctx, entries, NULL);
+  g_option_context_set_description (ctx, description);
+  gboolean parsed = g_option_context_parse (ctx, argc, argv, &e);
+  g_option_context_free (ctx);
+  if (!parsed) {
+    fprintf (stderr, "psm-run %s: %s (try psm-run %s --help)\n", name, e->message, name);
+    g_error_free (e);
+  }
+  return parsed;
+}
+
 char *
 psm_view_page (const char *data_json, GError **error)
 {
@@ -352,19 +369,12 @@ int
 psm_view_main (int argc, char **argv)
 {
   GError *e = NULL;
-  GOptionContext *ctx = g_option_context_new ("RUN_DIR|DECODE.jsonl — an HTML page of decoded examples");
-  g_option_context_add_main_entries (ctx, view_entries, NULL);
-  g_option_context_set_description (ctx,
-    "Reads the per-token JSON lines of psm-run --mode decode --json (RUN_DIR/decode.SPLIT.jsonl) and writes\n"
-    "one self-contained page: the source with the attention of the output word under the pointer, the gate\n"
-    "and copies per output word, coverage, read-again weights, the reference and per-example ROUGE.\n");
-  gboolean parsed = g_option_context_parse (ctx, &argc, &argv, &e);
-  g_option_context_free (ctx);
-  if (!parsed) {
-    fprintf (stderr, "psm-run view: %s (try psm-run view --help)\n", e->message);
-    g_error_free (e);
+  if (!psm_tool_options ("view", "RUN_DIR|DECODE.jsonl — an HTML page of decoded examples",
+    "Reads the per-token JSON lines of psm-run --mode decode --json (RUN_DIR/decode.SPLIT.jsonl; a language\n"
+    "model's run: decode.SPLIT.txt) and writes one self-contained page: the source with the attention of the\n"
+    "output word under the pointer, the gate and copies per output word, coverage, read-again weights, the\n"
+    "reference and per-example ROUGE.\n", view_entries, &argc, &argv))
     return 2;
-  }
   if (argc != 2 || opt_examples < 0) {
     fprintf (stderr, "psm-run view: expected one run folder or .jsonl file%s (try psm-run view --help)\n",
              opt_examples < 0 ? " and --examples 0 or more" : "");
