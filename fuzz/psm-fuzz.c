@@ -1,7 +1,9 @@
 /* psm-fuzz.c — fuzz targets for everything psm reads from outside: the
  * pipeline reader with --set overrides, the checkpoint reader, and the task
  * plugins' data readers (CNN/DailyMail jsonl and .source/.target, the
- * headline task's article/title files, PTB/WikiText, the NMT lexicon TSV).
+ * headline task's article/title files, PTB/WikiText, the NMT lexicon TSV),
+ * and what the tools read: psm-run view's decoded records and psm-run
+ * serve's request bodies.
  *
  * Each target takes one input, writes it where the reader expects a file,
  * reads it, and on success exercises what was read (examples counted,
@@ -22,6 +24,7 @@
 #include "psm/psm-pipeline.h"
 #include "psm-config-private.h"
 #include "psm-fuzz.h"
+#include "psm-tools.h"
 
 static char *dir;   /* this process's files */
 
@@ -294,6 +297,53 @@ psm_fuzz_nmt_lexicon (const uint8_t *d, size_t n)
   return 0;
 }
 
+/* psm-run view: a decoded record (one --json line) checked, then with its
+ * per-example ROUGE added (the rouge plugin, when on the path). */
+static int
+psm_fuzz_view_record (const uint8_t *d, size_t n)
+{
+  static PsmRougeScorer *rouge;
+  static gboolean tried;
+  if (!tried) {
+    rouge = psm_rouge_scorer_new ();
+    tried = TRUE;
+  }
+  char *line = g_strndup ((const char *) d, n), *why = NULL;
+  if (psm_view_check_record (line, &why)) {
+    double sum[3] = { 0, 0, 0 };
+    int k = 0;
+    char *rec = psm_view_record (line, rouge, sum, &k);
+    if (!psm_view_check_record (rec, &why))   /* the page's record is a record still */
+      abort ();
+    g_free (rec);
+  }
+  g_free (why);
+  g_free (line);
+  return 0;
+}
+
+/* psm-run serve: the body of POST /summarize. What it accepts must be what
+ * the decoder may take: a text with no blank ends or line breaks, settings
+ * in range. */
+static int
+psm_fuzz_serve_request (const uint8_t *d, size_t n)
+{
+  const PsmDecodeSettings def = { 4, 35, 100 };
+  PsmDecodeSettings ds;
+  char *text = NULL, *why = NULL;
+  if (psm_serve_parse_request ((const char *) d, n, &def, 64, 400, &text, &ds, &why)) {
+    size_t len = strlen (text);
+    if (why || !len || g_ascii_isspace (text[0]) || g_ascii_isspace (text[len - 1]) || strchr (text, '\n') ||
+        ds.beam < 1 || ds.beam > 64 || ds.min_len < 0 || ds.max_len > 400 || ds.min_len > ds.max_len)
+      abort ();
+  } else if (!why || text) {
+    abort ();
+  }
+  g_free (text);
+  g_free (why);
+  return 0;
+}
+
 const PsmFuzzTarget psm_fuzz_targets[] = {
   { "pipeline", psm_fuzz_pipeline },
   { "checkpoint", psm_fuzz_checkpoint },
@@ -302,5 +352,7 @@ const PsmFuzzTarget psm_fuzz_targets[] = {
   { "headline", psm_fuzz_headline },
   { "lm", psm_fuzz_lm },
   { "nmt_lexicon", psm_fuzz_nmt_lexicon },
+  { "view_record", psm_fuzz_view_record },
+  { "serve_request", psm_fuzz_serve_request },
   { NULL, NULL }
 };

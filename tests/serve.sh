@@ -55,6 +55,7 @@ echo "$text" | "$run" "$tmp/sum.cfg" --mode decode --input - --set decode.beam=3
   || { echo "    served: $served; psm-run: $(cat "$tmp/cli.txt")"; bad "the same summary as --mode decode --input"; }
 expect_status 400 "a body that is not JSON: 400" '"error": "the body is not JSON' '{"text": '
 expect_status 400 "a JSON array: 400" 'must be a JSON object' '["text"]'
+expect_status 400 "an empty body: 400" '"error": "the body' ''
 expect_status 400 "no text: 400" '\\"text\\" (a string) is required' '{"beam": 2}'
 expect_status 400 "an empty text: 400" 'is empty' '{"text": "   "}'
 expect_status 400 "an unknown field: 400 naming it" 'unknown field \\"beams\\"' '{"text": "a b", "beams": 2}'

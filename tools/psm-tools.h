@@ -5,6 +5,7 @@
 #ifndef PSM_TOOLS_H
 #define PSM_TOOLS_H
 #include <glib.h>
+#include "psm/psm-pipeline.h"
 
 int psm_view_main (int argc, char **argv);
 int psm_plot_main (int argc, char **argv);
@@ -35,4 +36,9 @@ gboolean psm_view_check_record (const char *line, char **why);
 /* The record line with ", \"rouge\": {...}" added when it has a reference
  * and r is not NULL; the mean F1s accumulated into sum[3], *n. */
 char *psm_view_record (const char *line, PsmRougeScorer *r, double sum[3], int *n);
+/* The body of POST /summarize: text (blank-free, one line) and the decode
+ * settings (defaults where absent; beam <= max_beam, lengths <= max_len,
+ * min_len <= max_len). FALSE with why (g_free) naming what is wrong. */
+gboolean psm_serve_parse_request (const char *body, gsize len, const PsmDecodeSettings *defaults, int max_beam,
+                                  int max_len, char **text, PsmDecodeSettings *ds, char **why);
 #endif

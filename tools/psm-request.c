@@ -1,0 +1,78 @@
+/* psm-request.c — the body of psm-run serve's POST /summarize, checked:
+ * a JSON object {"text": string, "beam": int, "min_len": int, "max_len":
+ * int}, text required and not blank, no other field, integers in range.
+ * Apart from the server so that fuzz/psm-fuzz.c can drive it. */
+#include "config.h"
+#include <string.h>
+#include <json-glib/json-glib.h>
+#include "psm-tools.h"
+
+/* An integer member within [lo, hi], or the default; FALSE with a message. */
+static gboolean
+int_member (JsonObject *o, const char *name, int lo, int hi, int *v, char **why)
+{
+  if (!json_object_has_member (o, name))
+    return TRUE;
+  JsonNode *n = json_object_get_member (o, name);
+  if (!JSON_NODE_HOLDS_VALUE (n) || json_node_get_value_type (n) != G_TYPE_INT64) {
+    *why = g_strdup_printf ("\"%s\" must be an integer", name);
+    return FALSE;
+  }
+  gint64 x = json_node_get_int (n);
+  if (x < lo || x > hi) {
+    *why = g_strdup_printf ("\"%s\" = %" G_GINT64_FORMAT " is outside [%d, %d]", name, x, lo, hi);
+    return FALSE;
+  }
+  *v = (int) x;
+  return TRUE;
+}
+
+gboolean
+psm_serve_parse_request (const char *body, gsize len, const PsmDecodeSettings *defaults, int max_beam, int max_len,
+                         char **text, PsmDecodeSettings *ds, char **why)
+{
+  JsonParser *p = json_parser_new ();
+  GError *e = NULL;
+  *why = NULL;
+  *text = NULL;
+  *ds = *defaults;
+  JsonNode *root = NULL;
+  if (!json_parser_load_from_data (p, body, (gssize) len, &e)) {
+    *why = g_strdup_printf ("the body is not JSON: %s", e->message);
+    g_error_free (e);
+  } else if (!(root = json_parser_get_root (p)) || !JSON_NODE_HOLDS_OBJECT (root)) {
+    *why = g_strdup ("the body must be a JSON object: {\"text\": \"...\"}");
+  } else {
+    JsonObject *o = json_node_get_object (root);
+    JsonNode *t = json_object_get_member (o, "text");
+    GList *members = json_object_get_members (o);
+    for (GList *m = members; m && !*why; m = m->next)
+      if (strcmp (m->data, "text") && strcmp (m->data, "beam") && strcmp (m->data, "min_len") &&
+          strcmp (m->data, "max_len"))
+        *why = g_strdup_printf ("unknown field \"%s\" (known: text, beam, min_len, max_len)", (char *) m->data);
+    g_list_free (members);
+    if (*why) {
+      /* said */
+    } else if (!t || !JSON_NODE_HOLDS_VALUE (t) || json_node_get_value_type (t) != G_TYPE_STRING) {
+      *why = g_strdup ("\"text\" (a string) is required");
+    } else if (int_member (o, "beam", 1, max_beam, &ds->beam, why) &&
+               int_member (o, "min_len", 0, max_len, &ds->min_len, why) &&
+               int_member (o, "max_len", 1, max_len, &ds->max_len, why)) {
+      char *s = g_strdup (json_node_get_string (t));
+      for (char *c = s; *c; c++)   /* one article a line, as --input reads them */
+        if (*c == '\n' || *c == '\r' || *c == '\t')
+          *c = ' ';
+      if (!*g_strstrip (s)) {
+        *why = g_strdup ("\"text\" is empty");
+        g_free (s);
+      } else if (ds->min_len > ds->max_len) {
+        *why = g_strdup_printf ("min_len %d is above max_len %d", ds->min_len, ds->max_len);
+        g_free (s);
+      } else {
+        *text = s;
+      }
+    }
+  }
+  g_object_unref (p);
+  return *text != NULL;
+}
