@@ -77,5 +77,19 @@ for mode in all decode; do
     echo "not ok $n - psm-run --mode $mode"; tail -30 "$tmp/run-$mode.log" | sed 's/^/    /'; fails=$((fails + 1))
   fi
 done
+# the tools: learning curves of that run, a page of a decoded record (with
+# per-example ROUGE from the rouge plugin)
+for tool in "plot $tmp/run -o $tmp/curves.svg" "view $s/fuzz/corpus/view_record/seed-pointer_generator -o $tmp/view.html"; do
+  n=$((n + 1))
+  name=$(echo "$tool" | cut -d' ' -f1)
+  # shellcheck disable=SC2086
+  (cd "$s" && "$b/libtool" --mode=execute $vg "$b/tools/psm-run" $tool) > "$tmp/tool-$name.log" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ] && grep -q "ERROR SUMMARY: 0" "$tmp/tool-$name.log"; then
+    echo "ok $n - psm-run $name: $(grep "ERROR SUMMARY" "$tmp/tool-$name.log" | sed 's/==[0-9]*== //')"
+  else
+    echo "not ok $n - psm-run $name"; tail -30 "$tmp/tool-$name.log" | sed 's/^/    /'; fails=$((fails + 1))
+  fi
+done
 echo "1..$n"
 [ $fails -eq 0 ]
