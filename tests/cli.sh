@@ -7,17 +7,7 @@ run="$top_builddir/tools/psm-run"
 fixtures="$top_builddir/tests/.libs"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/psm-cli-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-fails=0
-n=0
-ok () { n=$((n + 1)); echo "ok $n - $1"; }
-bad () { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; [ -f "$tmp/out" ] && sed 's/^/    /' "$tmp/out"; }
-# expect CODE DESCRIPTION PATTERN -- ARGS...: run, check exit code and output
-expect () {
-  code=$1; desc=$2; pat=$3; shift 4
-  "$@" > "$tmp/out" 2>&1
-  rc=$?
-  if [ "$rc" -eq "$code" ] && grep -q -- "$pat" "$tmp/out"; then ok "$desc"; else echo "    (exit $rc, wanted $code; pattern: $pat)"; bad "$desc"; fi
-}
+. "$top_srcdir/tests/tap.sh"
 
 cat > "$tmp/tiny.cfg" <<CFG
 task = { plugin = "rarest_word"; vocab = 40; length = 5; pointer_words = 5;
@@ -438,5 +428,4 @@ expect 0 "headline: the softmax model of the same data" "check: OK" -- \
 expect 0 "OMP_THREAD_LIMIT below OMP_NUM_THREADS does not hang" "check: OK" -- \
   env OMP_NUM_THREADS=4 OMP_THREAD_LIMIT=2 timeout 300 "$run" --check "$tmp/tiny.cfg"
 
-echo "Checks: $n, Failures: $fails"
-[ "$fails" -eq 0 ]
+finish

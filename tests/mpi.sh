@@ -26,10 +26,7 @@ export OMP_NUM_THREADS=1   # two ranks on two cores
 mpi () { np=$1; shift; timeout 300 mpirun -np "$np" --oversubscribe "$run" "$@"; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/psm-mpi-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-fails=0
-n=0
-ok () { n=$((n + 1)); echo "ok $n - $1"; }
-bad () { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; [ -f "$tmp/out" ] && sed 's/^/    /' "$tmp/out" | tail -30; }
+. "$top_srcdir/tests/tap.sh"
 check () { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
 # "step loss" of every train and valid record
 records () { grep "\"split\": \"$2\"" "$tmp/$1/log.jsonl" | sed 's/.*"step": \([0-9]*\),.*"loss": \([^,]*\),.*/\1 \2/'; }
@@ -132,5 +129,4 @@ check "a rank killed with SIGKILL ends the job (exit $rc after ${took}s) with a 
   '[ -n "$victim" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -lt 60 ] && grep -q -i "signal 9\|killed" "$tmp/out"'
 check "and the run folder keeps a checkpoint to resume" '[ -s "$tmp/die/last.ckpt" ]'
 
-echo "1..$n"
-[ $fails -eq 0 ]
+finish

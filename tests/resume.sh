@@ -14,10 +14,7 @@ run="$top_builddir/tools/psm-run"
 cd "${PSM_PROJECT_DIR:-$top_srcdir}" || exit 1   # the pipelines' data paths (../shared/data)
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/psm-resume-XXXXXX")
 trap 'umount "$tmp/tmpfs" 2>/dev/null; rm -rf "$tmp"' EXIT
-fails=0
-n=0
-ok () { n=$((n + 1)); echo "ok $n - $1"; }
-bad () { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; [ -f "$tmp/out" ] && sed 's/^/    /' "$tmp/out" | tail -30; }
+. "$top_srcdir/tests/tap.sh"
 check () { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
 # the train records' losses, one per update (log_every = 1), in log order
 losses () { grep '"split": "train"' "$1/log.jsonl" | sed 's/.*"step": \([0-9]*\),.*"loss": \([^,]*\),.*/\1 \2/'; }
@@ -189,5 +186,4 @@ else
   echo "ok - # SKIP read-only folder: root writes anywhere"
 fi
 
-echo "1..$n"
-[ $fails -eq 0 ]
+finish

@@ -19,10 +19,7 @@ done
 unset MAKEFLAGS MFLAGS MAKELEVEL MAKEOVERRIDES
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/psm-sdk-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-n=0 fails=0
-ok () { n=$((n + 1)); echo "ok $n - $1"; }
-bad () { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; [ -f "$2" ] && tail -30 "$2" | sed 's/^/    /'; }
-finish () { echo "Checks: $n, Failures: $fails"; [ "$fails" -eq 0 ]; exit $?; }
+. "$top_srcdir/tests/tap.sh"
 step () {   # step DESCRIPTION LOG COMMAND...: run, record
   desc=$1 log=$2; shift 2
   if "$@" > "$log" 2>&1; then ok "$desc"; else bad "$desc" "$log"; finish; fi

@@ -12,9 +12,7 @@ command -v curl > /dev/null 2>&1 || { echo "SKIP: curl is not installed (apt-get
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/psm-serve-XXXXXX")
 pid=""
 trap '[ -n "$pid" ] && kill $pid 2> /dev/null; rm -rf "$tmp"' EXIT
-n=0 fails=0
-ok () { n=$((n + 1)); echo "ok $n - $1"; }
-bad () { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; [ -f "$tmp/out" ] && sed 's/^/    /' "$tmp/out" | head -20; }
+. "$top_srcdir/tests/tap.sh"
 . "$top_srcdir/tests/tiny-summariser.sh"
 [ "$tiny_rc" -eq 0 ] && ok "a tiny summariser to serve" || { cat "$tmp/train.out" > "$tmp/out"; bad "tiny summariser"; }
 
@@ -119,5 +117,4 @@ else
   grep -q 'data-attention="\[\[' "$tmp/dom.html" && ok "chromium: the served summary's words carry attention" || bad "served words carry attention"
   stop
 fi
-echo "Checks: $n, Failures: $fails"
-[ "$fails" -eq 0 ]
+finish

@@ -8,15 +8,7 @@ set -u
 run="$top_builddir/tools/psm-run"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/psm-view-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-n=0 fails=0
-ok () { n=$((n + 1)); echo "ok $n - $1"; }
-bad () { n=$((n + 1)); fails=$((fails + 1)); echo "not ok $n - $1"; [ -f "$tmp/out" ] && sed 's/^/    /' "$tmp/out" | head -20; }
-expect () {   # expect CODE DESCRIPTION PATTERN -- COMMAND...
-  code=$1; desc=$2; pat=$3; shift 4
-  "$@" > "$tmp/out" 2>&1
-  rc=$?
-  if [ "$rc" -eq "$code" ] && grep -q -- "$pat" "$tmp/out"; then ok "$desc"; else echo "    (exit $rc, wanted $code; pattern: $pat)"; bad "$desc"; fi
-}
+. "$top_srcdir/tests/tap.sh"
 . "$top_srcdir/tests/tiny-summariser.sh"
 [ "$tiny_rc" -eq 0 ] && ok "a tiny summariser trains and decodes with --json" || { cat "$tmp/train.out" "$tmp/decode.out" > "$tmp/out"; bad "tiny summariser"; }
 j="$tmp/run/decode.test.jsonl"
@@ -152,5 +144,4 @@ print(json.dumps(r))' > "$tmp/imp.jsonl"
   grep -q "polyline" "$tmp/svg-dom.html" && ! grep -q "error on line" "$tmp/svg-dom.html" \
     && ok "chromium reads the SVG without error" || bad "chromium reads the SVG"
 fi
-echo "Checks: $n, Failures: $fails"
-[ "$fails" -eq 0 ]
+finish
