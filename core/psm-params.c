@@ -243,6 +243,12 @@ psm_params_offset (const PsmParams *p, int id)
   return g_array_index (p->info, ParamInfo, id).offset;
 }
 
+size_t
+psm_params_numel (const PsmParams *p, int id)
+{
+  return g_array_index (p->info, ParamInfo, id).n;
+}
+
 void
 psm_params_zero_grad (PsmParams *p)
 {

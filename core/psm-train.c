@@ -152,11 +152,7 @@ first_nonfinite_grad (PsmParams *p, int *count)
   const char *first = NULL;
   *count = 0;
   for (int id = 0; id < psm_params_count (p); id++) {
-    int nd, shape[8];
-    psm_params_shape (p, id, &nd, shape);
-    size_t n = 1, off = psm_params_offset (p, id);
-    for (int k = 0; k < nd; k++)
-      n *= (size_t) shape[k];
+    size_t n = psm_params_numel (p, id), off = psm_params_offset (p, id);
     for (size_t i = 0; i < n; i++)
       if (!isfinite (g[off + i])) {
         if (!first)

@@ -123,11 +123,7 @@ psm_test_gradcheck_params (const char *what, PsmLossFn f, void *ud, PsmParams *p
   double worst = 0.0;
   float *data = psm_params_data (p), *grad = psm_params_grad (p);
   for (int id = 0; id < psm_params_count (p); id++) {
-    int nd, shape[8];
-    psm_params_shape (p, id, &nd, shape);
-    size_t n = 1, off = psm_params_offset (p, id);
-    for (int k = 0; k < nd; k++)
-      n *= (size_t) shape[k];
+    size_t n = psm_params_numel (p, id), off = psm_params_offset (p, id);
     char *w = g_strdup_printf ("%s: %s", what, psm_params_name (p, id));
     memset (grad, 0, psm_params_size (p) * sizeof (float));
     worst = MAX (worst, psm_test_gradcheck (w, f, ud, data + off, grad + off, n, eps, atol, rtol, max_checks));

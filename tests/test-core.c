@@ -135,6 +135,8 @@ START_TEST (test_params)
   ck_assert (psm_params_finalize (p, &rng, NULL));
   ck_assert_uint_eq (psm_params_offset (p, a) % 16, 0);
   ck_assert_uint_eq (psm_params_offset (p, b) % 16, 0);
+  ck_assert_uint_eq (psm_params_numel (p, a), 48);
+  ck_assert_uint_eq (psm_params_numel (p, b), 5);
   float *w = psm_params_data (p) + psm_params_offset (p, a);
   /* each [4, 4] block of the [4, 12] matrix is orthogonal: W^T W = I */
   for (int blk = 0; blk < 3; blk++)

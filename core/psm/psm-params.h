@@ -40,6 +40,7 @@ const char *psm_params_name (const PsmParams *p, int id);
 int psm_params_find (const PsmParams *p, const char *name);   /* -1 if absent */
 void psm_params_shape (const PsmParams *p, int id, int *ndim, int *shape);
 size_t psm_params_offset (const PsmParams *p, int id);
+size_t psm_params_numel (const PsmParams *p, int id);   /* its element count (ABI 1.9) */
 float *psm_params_data (PsmParams *p);
 float *psm_params_grad (PsmParams *p);
 void psm_params_zero_grad (PsmParams *p);

@@ -45,7 +45,8 @@ G_BEGIN_DECLS
  * psm_logsumexp, psm_dot_scores. 1.9: psm_plugin_hooks and PsmHookInfo
  * (which class hooks a plugin sets, for psm-run --describe);
  * psm_section_from_text and psm_section_destroy (a plugin's own tests build
- * it from a config text, as the example project under doc/examples does). */
+ * it from a config text, as the example project under doc/examples does);
+ * psm_params_numel. */
 #define PSM_ABI_MAJOR 1
 #define PSM_ABI_MINOR 9
 #define PSM_PLUGIN_ENTRY_SYMBOL "psm_plugin_entry"
