@@ -19,7 +19,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <glib-unix.h>
-#include <json-glib/json-glib.h>
 #include <libsoup/soup.h>
 #include "psm/psm-pipeline.h"
 #include "psm-tools.h"
@@ -116,25 +115,29 @@ decode_jobs (Server *s, Job **jobs, int n)
   const char **texts = g_new (const char *, n);
   for (int i = 0; i < n; i++)
     texts[i] = jobs[i]->text;
-  char *buf = NULL;
-  size_t len = 0;
-  FILE *json = open_memstream (&buf, &len);
-  gboolean ok = json != NULL;
+  /* the records and the summaries (one line each per text) */
+  char *buf = NULL, *sbuf = NULL;
+  size_t len = 0, slen = 0;
+  FILE *json = open_memstream (&buf, &len), *sums = open_memstream (&sbuf, &slen);
+  gboolean ok = json && sums;
   if (!ok)
     g_set_error (&e, G_IO_ERROR, g_io_error_from_errno (errno), "cannot buffer the output: %s", g_strerror (errno));
   ok = ok && psm_model_set_decode (s->model, &jobs[0]->ds, &e);
-  PsmEvalOptions eo = { 0, TRUE, NULL, NULL, json, FALSE };
+  PsmEvalOptions eo = { 0, TRUE, sums, NULL, json, FALSE };
   gint64 t0 = g_get_monotonic_time ();
   ok = ok && psm_model_decode_texts (s->model, texts, n, &eo, &e);
   double seconds = (g_get_monotonic_time () - t0) * 1e-6;
   if (json)
     fclose (json);
+  if (sums)
+    fclose (sums);
   char **lines = ok ? g_strsplit (buf ? buf : "", "\n", -1) : NULL;
-  if (ok && (int) g_strv_length (lines) < n) {
-    g_set_error (&e, G_IO_ERROR, G_IO_ERROR_FAILED, "decoding gave %u records for %d texts", g_strv_length (lines), n);
+  char **summaries = ok ? g_strsplit (sbuf ? sbuf : "", "\n", -1) : NULL;
+  if (ok && ((int) g_strv_length (lines) < n || (int) g_strv_length (summaries) < n)) {
+    g_set_error (&e, G_IO_ERROR, G_IO_ERROR_FAILED, "decoding gave %u records and %u summaries for %d texts",
+                 g_strv_length (lines), g_strv_length (summaries), n);
     ok = FALSE;
   }
-  JsonParser *p = json_parser_new ();
   for (int i = 0; i < n; i++) {
     Job *j = jobs[i];
     if (!ok) {
@@ -149,14 +152,7 @@ decode_jobs (Server *s, Job **jobs, int n)
       GString *out = g_string_new (NULL);
       g_string_append_len (out, rec, strrchr (rec, '}') - rec);
       g_string_append (out, ", \"summary\": ");
-      GString *summary = g_string_new (NULL);
-      if (json_parser_load_from_data (p, rec, -1, NULL)) {
-        JsonArray *tok = json_object_get_array_member (json_node_get_object (json_parser_get_root (p)), "tokens");
-        for (guint k = 0; tok && k < json_array_get_length (tok); k++)
-          g_string_append_printf (summary, "%s%s", k ? " " : "", json_array_get_string_element (tok, k));
-      }
-      psm_json_string (out, summary->str);
-      g_string_free (summary, TRUE);
+      psm_json_string (out, summaries[i]);
       g_string_append_printf (out, ", \"seconds\": %.4f, \"batch\": %d, \"beam\": %d, \"min_len\": %d, "
                               "\"max_len\": %d}\n", seconds, n, j->ds.beam, j->ds.min_len, j->ds.max_len);
       j->status = SOUP_STATUS_OK;
@@ -164,9 +160,10 @@ decode_jobs (Server *s, Job **jobs, int n)
     }
     g_idle_add (job_done, j);
   }
-  g_object_unref (p);
   g_strfreev (lines);
+  g_strfreev (summaries);
   free (buf);
+  free (sbuf);
   g_free (texts);
   g_clear_error (&e);
 }

@@ -28,14 +28,13 @@ typedef struct PsmRougeScorer PsmRougeScorer;
 PsmRougeScorer *psm_rouge_scorer_new (void);
 void psm_rouge_scorer_free (PsmRougeScorer *r);
 gboolean psm_rouge_scorer_score (PsmRougeScorer *r, const char *hyp, const char *ref, const char *src, double f[3]);
-/* A decoded record (one --json line) checked for what the page reads:
- * tokens (strings), source (strings), and where present p_gen, copied,
+/* A decoded record (one --json line) for the page: checked for what the
+ * page reads (tokens and source: strings; where present p_gen, copied,
  * attention_weights (one list per token), coverage and importance (one
- * value per source token), reference (a string). FALSE with a message. */
-gboolean psm_view_check_record (const char *line, char **why);
-/* The record line with ", \"rouge\": {...}" added when it has a reference
- * and r is not NULL; the mean F1s accumulated into sum[3], *n. */
-char *psm_view_record (const char *line, PsmRougeScorer *r, double sum[3], int *n);
+ * value per source token), reference (a string)), then the line with
+ * ", \"rouge\": {...}" added when it has a reference and r is not NULL,
+ * the F1s accumulated into sum[3], *n. NULL with why if it is no record. */
+char *psm_view_record (const char *line, PsmRougeScorer *r, double sum[3], int *n, char **why);
 /* The body of POST /summarize: text (blank-free, one line) and the decode
  * settings (defaults where absent; beam <= max_beam, lengths <= max_len,
  * min_len <= max_len). FALSE with why (g_free) naming what is wrong. */

@@ -229,15 +229,6 @@ parse_record (JsonParser *p, const char *line, char **why)
   return o;
 }
 
-gboolean
-psm_view_check_record (const char *line, char **why)
-{
-  JsonParser *p = json_parser_new ();
-  gboolean ok = parse_record (p, line, why) != NULL;
-  g_object_unref (p);
-  return ok;
-}
-
 static char *
 join_strings (JsonArray *a, const char *sep)
 {
@@ -248,15 +239,17 @@ join_strings (JsonArray *a, const char *sep)
 }
 
 char *
-psm_view_record (const char *line, PsmRougeScorer *r, double sum[3], int *n)
+psm_view_record (const char *line, PsmRougeScorer *r, double sum[3], int *n, char **why)
 {
   JsonParser *p = json_parser_new ();
-  char *why = NULL;
-  JsonObject *o = parse_record (p, line, &why);
-  g_free (why);
+  JsonObject *o = parse_record (p, line, why);
+  if (!o) {
+    g_object_unref (p);
+    return NULL;
+  }
   char *out = NULL;
   const char *end = strrchr (line, '}');
-  if (o && r && end && json_object_has_member (o, "reference")) {
+  if (r && end && json_object_has_member (o, "reference")) {
     char *hyp = join_strings (json_object_get_array_member (o, "tokens"), " ");
     char *src = join_strings (json_object_get_array_member (o, "source"), " ");
     double f[3];
@@ -438,15 +431,14 @@ psm_view_main (int argc, char **argv)
       *next++ = '\0';
     if (!*g_strstrip (line))
       continue;
-    char *why = NULL;
-    if (!psm_view_check_record (line, &why)) {
+    char *why = NULL, *rec = psm_view_record (line, rouge, sum, &n_rouge, &why);
+    if (!rec) {
       fprintf (stderr, "psm-run view: %s:%d: %s (a line of psm-run --mode decode --json output was expected)\n", in,
                lineno, why);
       g_free (why);
       rc = 1;
       break;
     }
-    char *rec = psm_view_record (line, rouge, sum, &n_rouge);
     g_string_append (ex, n++ ? ",\n" : "");
     g_string_append (ex, rec);
     g_free (rec);
