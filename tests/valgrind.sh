@@ -66,30 +66,23 @@ train = { batch = 8; steps = 6; eval_every = 3; log_every = 3; optimizer = { nam
 eval = { batch = 10; };
 metrics = ( "error_rate" );
 CFG
-for mode in all decode; do
+# under_vg NAME ARGS...: psm-run ARGS under memcheck, from the project root
+under_vg () {
+  name=$1; shift
   n=$((n + 1))
-  (cd "$s" && "$b/libtool" --mode=execute $vg "$b/tools/psm-run" --mode $mode "$tmp/tiny.cfg" --set "run.dir=$tmp/run") \
-    > "$tmp/run-$mode.log" 2>&1
+  (cd "$s" && "$b/libtool" --mode=execute $vg "$b/tools/psm-run" "$@") > "$tmp/$name.log" 2>&1
   rc=$?
-  if [ $rc -eq 0 ] && grep -q "ERROR SUMMARY: 0" "$tmp/run-$mode.log"; then
-    echo "ok $n - psm-run --mode $mode: $(grep "ERROR SUMMARY" "$tmp/run-$mode.log" | sed 's/==[0-9]*== //')"
+  if [ $rc -eq 0 ] && grep -q "ERROR SUMMARY: 0" "$tmp/$name.log"; then
+    echo "ok $n - psm-run $name: $(grep "ERROR SUMMARY" "$tmp/$name.log" | sed 's/==[0-9]*== //')"
   else
-    echo "not ok $n - psm-run --mode $mode"; tail -30 "$tmp/run-$mode.log" | sed 's/^/    /'; fails=$((fails + 1))
+    echo "not ok $n - psm-run $name"; tail -30 "$tmp/$name.log" | sed 's/^/    /'; fails=$((fails + 1))
   fi
-done
+}
+under_vg "--mode all" --mode all "$tmp/tiny.cfg" --set "run.dir=$tmp/run"
+under_vg "--mode decode" --mode decode "$tmp/tiny.cfg" --set "run.dir=$tmp/run"
 # the tools: learning curves of that run, a page of a decoded record (with
 # per-example ROUGE from the rouge plugin)
-for tool in "plot $tmp/run -o $tmp/curves.svg" "view $s/fuzz/corpus/view_record/seed-pointer_generator -o $tmp/view.html"; do
-  n=$((n + 1))
-  name=$(echo "$tool" | cut -d' ' -f1)
-  # shellcheck disable=SC2086
-  (cd "$s" && "$b/libtool" --mode=execute $vg "$b/tools/psm-run" $tool) > "$tmp/tool-$name.log" 2>&1
-  rc=$?
-  if [ $rc -eq 0 ] && grep -q "ERROR SUMMARY: 0" "$tmp/tool-$name.log"; then
-    echo "ok $n - psm-run $name: $(grep "ERROR SUMMARY" "$tmp/tool-$name.log" | sed 's/==[0-9]*== //')"
-  else
-    echo "not ok $n - psm-run $name"; tail -30 "$tmp/tool-$name.log" | sed 's/^/    /'; fails=$((fails + 1))
-  fi
-done
+under_vg plot plot "$tmp/run" -o "$tmp/curves.svg"
+under_vg view view "$s/fuzz/corpus/view_record/seed-pointer_generator" -o "$tmp/view.html"
 echo "1..$n"
 [ $fails -eq 0 ]
