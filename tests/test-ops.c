@@ -201,13 +201,16 @@ END_TEST
  * their working ranges (log down to FLT_MIN, where psm_log's floor keeps it). */
 START_TEST (test_fastmath)
 {
-  double worst_exp = 0, worst_log = 0, worst_tanh = 0;
+  double worst_exp = 0, worst_log = 0, worst_tanh = 0, worst_tanh_rel = 0;
   for (int i = 0; i <= 200000; i++) {
     float x = -87.0f + 175.0f * (float) i / 200000.0f;
     double e = exp ((double) x), fe = psm_fast_expf (x);
     worst_exp = MAX (worst_exp, fabs (fe - e) / e);
-    float t = -9.0f + 18.0f * (float) i / 200000.0f;
+    float t = -12.0f + 24.0f * (float) i / 200000.0f;
     worst_tanh = MAX (worst_tanh, fabs (psm_fast_tanhf (t) - tanh ((double) t)));
+    float ts = t * 1e-4f;   /* near 0 tanh(x) ~ x: relative error */
+    if (ts != 0.0f)
+      worst_tanh_rel = MAX (worst_tanh_rel, fabs (psm_fast_tanhf (ts) - tanh ((double) ts)) / fabs (tanh ((double) ts)));
     float l = (float) pow (10.0, -37.9 + 75.8 * (double) i / 200000.0);
     double ll = log ((double) l);
     worst_log = MAX (worst_log, fabs (psm_fast_logf (l) - ll) / MAX (fabs (ll), 1.0));
@@ -217,6 +220,11 @@ START_TEST (test_fastmath)
   }
   ck_assert_msg (worst_exp < 1e-6, "fast exp: relative error %g", worst_exp);
   ck_assert_msg (worst_tanh < 1e-6, "fast tanh: absolute error %g", worst_tanh);
+  ck_assert_msg (worst_tanh_rel < 1e-6, "fast tanh near 0: relative error %g", worst_tanh_rel);
+  for (float t = 0.0f; t < 100.0f; t += 1e-3f)
+    ck_assert (psm_fast_tanhf (t) <= 1.0f + 2e-7f && psm_fast_tanhf (-t) >= -1.0f - 2e-7f);
+  ck_assert (psm_fast_tanhf (100.0f) > 1.0f - 2e-7f && psm_fast_tanhf (-100.0f) < -1.0f + 2e-7f);
+  ck_assert (psm_fast_tanhf (0.0f) == 0.0f);
   ck_assert_msg (worst_log < 1e-6, "fast log: error %g", worst_log);
   ck_assert (psm_fast_logf (1.0f) == 0.0f);
 }

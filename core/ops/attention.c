@@ -81,6 +81,24 @@ typedef struct {
 } AddAttnSaved;
 
 #define AA_PAR(B, T, A) ((long) (B) * (T) * (A) >= 32768)
+#define AA_BLOCK 4   /* source positions per pass of the backward (attn_backward_block) */
+#define AA_AHEAD 2   /* positions prefetched ahead */
+
+/* A row's keys or values at consecutive positions lie B rows apart (8 KB
+ * to 32 KB), a stride the hardware prefetchers do not follow across pages:
+ * the loops below ask for the row AA_AHEAD positions ahead. At B 16, T 400,
+ * A 512 this cut a forward step from 1.7 to 1.15 ms with the keys out of
+ * cache (and from 1.14 to 0.72 ms with them in it). */
+static inline void
+prefetch_row (const float *p, int n, gboolean write)
+{
+  for (int j = 0; j < n; j += 16) {
+    if (write)
+      __builtin_prefetch (p + j, 1);
+    else
+      __builtin_prefetch (p + j, 0);
+  }
+}
 
 /* Forward without gradients over beams: rows r = b G + k (k < G) all attend
  * over article b's keys and values, read from the compact [T, B / G, .]
@@ -96,6 +114,8 @@ attn_forward_grouped (int T, int B, int G, int A, int H, const float *Kc, const 
     int r0 = art * G;
     for (int i = 0; i < T; i++) {
       const float *k = Kc + ((size_t) i * nB + art) * A;
+      if (i + AA_AHEAD < T)
+        prefetch_row (k + (size_t) AA_AHEAD * nB * A, A, FALSE);
       for (int r = r0; r < r0 + G; r++) {
         if (mask && mask[(size_t) i * B + r] == 0.0f) {
           a[(size_t) r * T + i] = -INFINITY;
@@ -134,6 +154,8 @@ attn_forward_grouped (int T, int B, int G, int A, int H, const float *Kc, const 
       memset (ctx + (size_t) r * H, 0, H * sizeof (float));
     for (int i = 0; i < T; i++) {
       const float *h = hc + ((size_t) i * nB + art) * H;
+      if (i + AA_AHEAD < T)
+        prefetch_row (h + (size_t) AA_AHEAD * nB * H, H, FALSE);
       for (int r = r0; r < r0 + G; r++) {
         float w = a[(size_t) r * T + i];
         if (w == 0.0f)
@@ -184,6 +206,8 @@ psm_additive_attention (PsmGraph *g, PsmTensor *keys, PsmTensor *query, PsmTenso
         continue;
       }
       const float *k = Kd + ((size_t) i * B + b) * A;
+      if (i + AA_AHEAD < T)
+        prefetch_row (k + (size_t) AA_AHEAD * B * A, A, FALSE);
       float c = cov ? cov[(size_t) b * T + i] : 0.0f, e = 0.0f;
       if (wc) {
 #pragma omp simd reduction (+:e)
@@ -207,6 +231,8 @@ psm_additive_attention (PsmGraph *g, PsmTensor *keys, PsmTensor *query, PsmTenso
       s += ab[i] == -INFINITY ? 0.0 : expf (ab[i] - m);
     float inv = (float) (1.0 / s);
     for (int i = 0; i < T; i++) {
+      if (i + AA_AHEAD < T)
+        prefetch_row (hd + ((size_t) (i + AA_AHEAD) * B + b) * H, H, FALSE);
       ab[i] = ab[i] == -INFINITY ? 0.0f : expf (ab[i] - m) * inv;
       if (ab[i] == 0.0f)
         continue;
@@ -237,6 +263,64 @@ done:;
   return out;
 }
 
+/* The backward's work over the A features of AA_BLOCK source positions of
+ * one row at once: the row's accumulators dv, dq and dw_c are read and
+ * written once per block instead of once per position (the loop was bound by
+ * those loads and stores: 108 -> 70 ms for 100 decoder steps at B 16, T 400,
+ * A 512). n < AA_BLOCK pads the block with positions of gradient 0 whose
+ * keys are zeros and whose dK goes to scratch; each position's coverage
+ * gradient is its own sum, so padding changes no result. */
+static void
+attn_backward_block (int n, const int *pos, const float *dei, int b, int B, int A, const float *Kd, float *dK,
+                     float *dk_scratch, const float *zeros, const float *restrict qb, const float *restrict vd,
+                     const float *restrict wc, const float *cov, int T, float *restrict dv, float *restrict dq,
+                     float *restrict dwc, float *dcov)
+{
+  const float *k[AA_BLOCK];
+  float *dk[AA_BLOCK], c[AA_BLOCK], e[AA_BLOCK];
+  for (int r = 0; r < AA_BLOCK; r++) {
+    gboolean real = r < n;
+    size_t at = real ? ((size_t) pos[r] * B + b) * A : 0;
+    k[r] = real ? Kd + at : zeros;
+    dk[r] = real && dK ? dK + at : dk_scratch + (size_t) r * A;
+    c[r] = real && cov ? cov[(size_t) b * T + pos[r]] : 0.0f;
+    e[r] = real ? dei[r] : 0.0f;
+  }
+  for (int i = pos[n - 1] + 1; i <= pos[n - 1] + AA_BLOCK && i < T; i++) {   /* the next block, likely */
+    prefetch_row (Kd + ((size_t) i * B + b) * A, A, FALSE);
+    if (dK)
+      prefetch_row (dK + ((size_t) i * B + b) * A, A, TRUE);
+  }
+  const float *restrict k0 = k[0], *restrict k1 = k[1], *restrict k2 = k[2], *restrict k3 = k[3];
+  float *restrict d0 = dk[0], *restrict d1 = dk[1], *restrict d2 = dk[2], *restrict d3 = dk[3];
+  float c0 = c[0], c1 = c[1], c2 = c[2], c3 = c[3], e0 = e[0], e1 = e[1], e2 = e[2], e3 = e[3];
+  float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+#pragma omp simd reduction (+:s0, s1, s2, s3)
+  for (int j = 0; j < A; j++) {
+    float q = qb[j], w = wc[j], v = vd[j];
+    float z0 = psm_fast_tanhf (k0[j] + q + w * c0), z1 = psm_fast_tanhf (k1[j] + q + w * c1);
+    float z2 = psm_fast_tanhf (k2[j] + q + w * c2), z3 = psm_fast_tanhf (k3[j] + q + w * c3);
+    float p0 = e0 * v * (1.0f - z0 * z0), p1 = e1 * v * (1.0f - z1 * z1);
+    float p2 = e2 * v * (1.0f - z2 * z2), p3 = e3 * v * (1.0f - z3 * z3);
+    d0[j] += p0;
+    d1[j] += p1;
+    d2[j] += p2;
+    d3[j] += p3;
+    dv[j] += (e0 * z0 + e1 * z1) + (e2 * z2 + e3 * z3);
+    dq[j] += (p0 + p1) + (p2 + p3);
+    dwc[j] += (p0 * c0 + p1 * c1) + (p2 * c2 + p3 * c3);
+    s0 += p0 * w;
+    s1 += p1 * w;
+    s2 += p2 * w;
+    s3 += p3 * w;
+  }
+  if (dcov) {
+    float s[AA_BLOCK] = { s0, s1, s2, s3 };
+    for (int r = 0; r < n; r++)
+      dcov[pos[r]] += s[r];
+  }
+}
+
 void
 psm_additive_attention_backward (PsmNode *nd)
 {
@@ -251,7 +335,9 @@ psm_additive_attention_backward (PsmNode *nd)
   /* per-row partial sums of dv and dw_c, added over rows in order below */
   float *part = psm_xmalloc0 ((size_t) B * 2 * A * sizeof (float), "attention gradients");
   float *de_all = psm_xmalloc ((size_t) B * T * sizeof (float), "attention gradients");
-  float *scratch = psm_xmalloc0 ((size_t) B * 2 * A * sizeof (float), "attention gradients");
+  float *scratch = psm_xmalloc0 ((size_t) B * A * sizeof (float), "attention gradients");
+  float *dummy = psm_xmalloc ((size_t) B * AA_BLOCK * A * sizeof (float), "attention gradients");
+  float *zeros = psm_xmalloc0 ((size_t) A * sizeof (float), "attention gradients");
   gboolean dh_here = values->grad && !sv->defer;
   if (values->grad && sv->defer) {
     g_array_append_val (sv->defer->steps, a);
@@ -264,6 +350,8 @@ psm_additive_attention_backward (PsmNode *nd)
     double dot = 0.0;
     for (int i = 0; i < T; i++) {
       float d = da[(size_t) b * T + i];
+      if (i + AA_AHEAD < T)
+        prefetch_row (hd + ((size_t) (i + AA_AHEAD) * B + b) * H, H, FALSE);
       if (ab[i] != 0.0f) {
         const float *h = hd + ((size_t) i * B + b) * H;
         float s = 0.0f;
@@ -277,47 +365,35 @@ psm_additive_attention_backward (PsmNode *nd)
     }
     float *restrict dv = part + (size_t) b * 2 * A, *restrict dwc = dv + A;
     /* dq of a row without a gradient goes to scratch: one loop shape, vectorised */
-    float *restrict dq = query->grad ? query->grad + (size_t) b * A : scratch + (size_t) b * 2 * A;
-    float *restrict dk_scratch = scratch + (size_t) b * 2 * A + A;
-    for (int i = 0; i < T; i++) {
-      if (mask && mask[(size_t) i * B + b] == 0.0f)
-        continue;   /* padding: no gradient anywhere */
-      float dei = ab[i] * (de[i] - (float) dot);
-      if (dh_here && ab[i] != 0.0f) {
-        float *restrict dh = values->grad + ((size_t) i * B + b) * H;
-        float w = ab[i];
+    float *restrict dq = query->grad ? query->grad + (size_t) b * A : scratch + (size_t) b * A;
+    float *dk_scratch = dummy + (size_t) b * AA_BLOCK * A;
+    const float *wcv = wc ? wc : zeros;
+    int blk[AA_BLOCK], nb = 0;
+    float dei_blk[AA_BLOCK];
+    for (int i = 0; i <= T; i++) {
+      if (i < T) {
+        if (mask && mask[(size_t) i * B + b] == 0.0f)
+          continue;   /* padding: no gradient anywhere */
+        float dei = ab[i] * (de[i] - (float) dot);
+        if (dh_here && ab[i] != 0.0f) {
+          float *restrict dh = values->grad + ((size_t) i * B + b) * H;
+          float w = ab[i];
 #pragma omp simd
-        for (int j = 0; j < H; j++)
-          dh[j] += w * dcb[j];
-      }
-      if (dei == 0.0f)
-        continue;
-      const float *restrict k = Kd + ((size_t) i * B + b) * A;
-      float *restrict dk = keys->grad ? keys->grad + ((size_t) i * B + b) * A : dk_scratch;
-      float c = cov ? cov[(size_t) b * T + i] : 0.0f, dc = 0.0f;
-      if (wc) {
-#pragma omp simd reduction (+:dc)
-        for (int j = 0; j < A; j++) {
-          float z = psm_fast_tanhf (k[j] + qb[j] + wc[j] * c);
-          float dp = dei * vd[j] * (1.0f - z * z);
-          dv[j] += dei * z;
-          dk[j] += dp;
-          dq[j] += dp;
-          dwc[j] += dp * c;
-          dc += dp * wc[j];
+          for (int j = 0; j < H; j++)
+            dh[j] += w * dcb[j];
         }
-      } else {
-#pragma omp simd
-        for (int j = 0; j < A; j++) {
-          float z = psm_fast_tanhf (k[j] + qb[j]);
-          float dp = dei * vd[j] * (1.0f - z * z);
-          dv[j] += dei * z;
-          dk[j] += dp;
-          dq[j] += dp;
-        }
+        if (dei == 0.0f)
+          continue;
+        dei_blk[nb] = dei;
+        blk[nb++] = i;
+        if (nb < AA_BLOCK)
+          continue;
       }
-      if (coverage && coverage->grad)
-        coverage->grad[(size_t) b * T + i] += dc;
+      if (nb == 0)
+        break;
+      attn_backward_block (nb, blk, dei_blk, b, B, A, Kd, keys->grad, dk_scratch, zeros, qb, vd, wcv, cov, T, dv, dq,
+                           dwc, coverage && coverage->grad ? coverage->grad + (size_t) b * T : NULL);
+      nb = 0;
     }
   }
   for (int b = 0; b < B; b++) {
@@ -332,6 +408,8 @@ psm_additive_attention_backward (PsmNode *nd)
   free (part);
   free (de_all);
   free (scratch);
+  free (dummy);
+  free (zeros);
 }
 
 /* The deferred values gradient (psm-private.h): a node recorded right after
