@@ -249,23 +249,49 @@ psm_params_numel (const PsmParams *p, int id)
   return g_array_index (p->info, ParamInfo, id).n;
 }
 
+/* The gradient buffer in fixed chunks: the threads share the chunks out,
+ * and a chunk's sum, then the sum over chunks in order, does not depend on
+ * how (the norm is the same for any thread count). One thread summed and
+ * scaled 10 M gradients in ~10 ms of See's 21 ms optimiser step. */
+#define GRAD_CHUNK 16384
+#define GRAD_PAR(n) ((n) >= 4 * GRAD_CHUNK)
+
 void
 psm_params_zero_grad (PsmParams *p)
 {
-  memset (p->grad, 0, p->total * sizeof (float));
+  size_t n = p->total, nc = (n + GRAD_CHUNK - 1) / GRAD_CHUNK;
+#pragma omp parallel for if (GRAD_PAR (n)) schedule (static)
+  for (size_t c = 0; c < nc; c++) {
+    size_t lo = c * GRAD_CHUNK;
+    memset (p->grad + lo, 0, MIN (GRAD_CHUNK, n - lo) * sizeof (float));
+  }
 }
 
 double
 psm_params_clip (PsmParams *p, double max_norm)
 {
+  size_t n = p->total, nc = (n + GRAD_CHUNK - 1) / GRAD_CHUNK;
+  double *part = psm_xmalloc (MAX (nc, 1) * sizeof (double), "the gradient norm");
+  const float *g = p->grad;
+#pragma omp parallel for if (GRAD_PAR (n)) schedule (static)
+  for (size_t c = 0; c < nc; c++) {
+    size_t lo = c * GRAD_CHUNK, hi = MIN (n, lo + GRAD_CHUNK);
+    double s = 0.0;
+#pragma omp simd reduction (+:s)
+    for (size_t i = lo; i < hi; i++)
+      s += (double) g[i] * g[i];
+    part[c] = s;
+  }
   double s = 0.0;
-  for (size_t i = 0; i < p->total; i++)
-    s += (double) p->grad[i] * p->grad[i];
+  for (size_t c = 0; c < nc; c++)
+    s += part[c];
+  free (part);
   double norm = sqrt (s);
   if (max_norm > 0 && norm > max_norm) {
-    float k = (float) (max_norm / norm);
-    for (size_t i = 0; i < p->total; i++)
-      p->grad[i] *= k;
+    float k = (float) (max_norm / norm), *gw = p->grad;
+#pragma omp parallel for simd if (GRAD_PAR (n)) schedule (static)
+    for (size_t i = 0; i < n; i++)
+      gw[i] *= k;
   }
   return norm;
 }
