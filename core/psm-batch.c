@@ -142,11 +142,10 @@ psm_batch_share (const PsmBatch *b, int rank, int n, int *lo, int *hi)
   *hi = end;
 }
 
-double
-psm_batch_take_share (PsmBatch *b, int rank, int n)
+/* Keeps rows [lo, hi); their part of the batch's real target words. */
+static double
+keep_part (PsmBatch *b, int lo, int hi)
 {
-  int lo, hi;
-  psm_batch_share (b, rank, n, &lo, &hi);
   double all = 0.0, mine = 0.0;
   for (int t = 0; t < b->Ty; t++)
     for (int j = 0; j < b->B; j++) {
@@ -155,8 +154,32 @@ psm_batch_take_share (PsmBatch *b, int rank, int n)
       mine += j >= lo && j < hi ? w : 0.0f;
     }
   psm_batch_keep_rows (b, lo, hi - lo);
-  psm_batch_trim (b);   /* the share's own longest row */
   return all > 0 ? mine / all : 0.0;
+}
+
+double
+psm_batch_take_share (PsmBatch *b, int rank, int n)
+{
+  int lo, hi;
+  psm_batch_share (b, rank, n, &lo, &hi);
+  double part = keep_part (b, lo, hi);
+  psm_batch_trim (b);   /* the share's own longest row */
+  return part;
+}
+
+void
+psm_batch_share_streams (int B, int rank, int n, int *lo, int *hi)
+{
+  *lo = (int) ((gint64) B * rank / n);
+  *hi = (int) ((gint64) B * (rank + 1) / n);
+}
+
+double
+psm_batch_take_streams (PsmBatch *b, int rank, int n)
+{
+  int lo, hi;
+  psm_batch_share_streams (b->B, rank, n, &lo, &hi);
+  return keep_part (b, lo, hi);
 }
 
 /* The steps of a [steps, B] mask up to its last one any row uses (at

@@ -120,6 +120,60 @@ psm_dist_bcast (void *buf, size_t bytes)
 #endif
 }
 
+GPtrArray *
+psm_dist_gather_bytes (GBytes *mine)
+{
+  GPtrArray *all = NULL;
+#ifdef HAVE_MPI
+  if (dist_size > 1) {
+    gsize n = 0;
+    const void *p = g_bytes_get_data (mine, &n);
+    int len = (int) n;   /* a rank's stream state: far below 2 GB */
+    int *lens = dist_rank == 0 ? g_new (int, dist_size) : NULL, *offs = NULL;
+    MPI_Gather (&len, 1, MPI_INT, lens, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    char *buf = NULL;
+    if (dist_rank == 0) {
+      offs = g_new (int, dist_size);
+      size_t total = 0;
+      for (int r = 0; r < dist_size; r++) {
+        offs[r] = (int) total;
+        total += (size_t) lens[r];
+      }
+      buf = g_malloc (MAX (total, 1));
+    }
+    MPI_Gatherv (p, len, MPI_BYTE, buf, lens, offs, MPI_BYTE, 0, MPI_COMM_WORLD);
+    if (dist_rank == 0) {
+      all = g_ptr_array_new_with_free_func ((GDestroyNotify) g_bytes_unref);
+      for (int r = 0; r < dist_size; r++)
+        g_ptr_array_add (all, g_bytes_new (buf + offs[r], (gsize) lens[r]));
+    }
+    g_free (buf);
+    g_free (lens);
+    g_free (offs);
+    return all;
+  }
+#endif
+  all = g_ptr_array_new_with_free_func ((GDestroyNotify) g_bytes_unref);
+  g_ptr_array_add (all, g_bytes_ref (mine));
+  return all;
+}
+
+GBytes *
+psm_dist_bcast_bytes (GBytes *b)
+{
+  if (dist_size < 2)
+    return b ? g_bytes_ref (b) : NULL;
+  gint64 len = dist_rank == 0 && b ? (gint64) g_bytes_get_size (b) : -1;
+  psm_dist_bcast (&len, sizeof len);
+  if (len < 0)
+    return NULL;
+  char *buf = g_malloc (MAX (len, 1));
+  if (dist_rank == 0)
+    memcpy (buf, g_bytes_get_data (b, NULL), (size_t) len);
+  psm_dist_bcast (buf, (size_t) len);
+  return g_bytes_new_take (buf, (gsize) len);
+}
+
 double
 psm_dist_time (void)
 {

@@ -47,7 +47,8 @@ struct PsmModel {
   float *hist[2];
   int32_t *hist_ids[2];
   int hist_rows[2];
-  PsmRng *train_rng;            /* the training batch's stream (dropout) */
+  PsmRng *train_rng;            /* dropout's stream for this batch (&drop_rng), or NULL */
+  PsmRng drop_rng;
   const PsmPlugin *enc_plugin;  /* its ABI minor: does it know carry_at? */
   const char *head_name;        /* the head plugin's name (JSON output) */
   gboolean check_mode;          /* psm_model_check_mode */
@@ -333,80 +334,169 @@ psm_model_stream_state (PsmModel *m)
   return g_byte_array_free_to_bytes (a);
 }
 
-gboolean
-psm_model_restore_stream_state (PsmModel *m, GBytes *state, int B, GError **error)
+/* A stream state read back: pointers into its bytes. */
+typedef struct {
+  gint64 cur;
+  gint32 rows, k, P, H;
+  const float *carry, *hist;
+  const int32_t *ids;
+} StreamState;
+
+/* Checks a stream state against this model (not yet against a batch
+ * size). */
+static gboolean
+stream_state_parse (PsmModel *m, GBytes *state, StreamState *st, GError **error)
 {
   gsize len = 0;
-  const guint8 *p = state ? g_bytes_get_data (state, &len) : NULL, *end = p + len;
+  const guint8 *p = g_bytes_get_data (state, &len), *end = p + len;
 #define NEED(n) ((size_t) (end - p) >= (size_t) (n))
 #define BAD_STATE(...)                                                                 \
   do {                                                                                 \
     g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, __VA_ARGS__);             \
     return FALSE;                                                                      \
   } while (0)
-  if (!m->streams) {
-    if (state)
-      BAD_STATE ("the checkpoint holds the state of training streams, but task '%s' has none", m->task_name);
-    return TRUE;
-  }
-  if (!state)
-    BAD_STATE ("the checkpoint holds no state of the training streams (written by a psm before checkpoint "
-               "version 4?): resuming would restart task '%s' from its first segment", m->task_name);
-  gint64 cur;
-  gint32 rows, k, P, H;
   guint32 version;
   if (!NEED (24) || memcmp (p, "PSMS", 4) != 0)
     BAD_STATE ("the checkpoint's training-stream state is malformed");
   memcpy (&version, p + 4, 4);
-  memcpy (&cur, p + 8, 8);
-  memcpy (&rows, p + 16, 4);
-  memcpy (&k, p + 20, 4);
+  memcpy (&st->cur, p + 8, 8);
+  memcpy (&st->rows, p + 16, 4);
+  memcpy (&st->k, p + 20, 4);
   p += 24;
   if (version != 1)
     BAD_STATE ("the checkpoint's training-stream state has version %u, this psm reads 1", version);
-  if (rows != 0 && rows != B)
-    BAD_STATE ("the checkpoint's training streams are %d (train.batch then), the pipeline asks for %d: resume "
-               "with the same train.batch", rows, B);
-  if (k != m->carry_k)
-    BAD_STATE ("the checkpoint carries %d floats of encoder state a stream, this model %d", k, m->carry_k);
-  const float *carry = (const float *) p;
-  size_t nc = rows && k ? (size_t) rows * k : 0;
+  if (st->rows < 0)
+    BAD_STATE ("the checkpoint's training-stream state is malformed");
+  if (st->k != m->carry_k)
+    BAD_STATE ("the checkpoint carries %d floats of encoder state a stream, this model %d", st->k, m->carry_k);
+  st->carry = (const float *) p;
+  size_t nc = st->rows && st->k ? (size_t) st->rows * st->k : 0;
   if (!NEED (nc * sizeof (float) + 8))
     BAD_STATE ("the checkpoint's training-stream state is truncated");
   p += nc * sizeof (float);
-  memcpy (&P, p, 4);
-  memcpy (&H, p + 4, 4);
+  memcpy (&st->P, p, 4);
+  memcpy (&st->H, p + 4, 4);
   p += 8;
-  if (P != m->hist_p || (P && H != m->hist_h))
-    BAD_STATE ("the checkpoint keeps a history of %d positions of %d floats, this model's head %d of %d", P, H,
-               m->hist_p, m->hist_h);
-  size_t nh = rows && P ? (size_t) P * rows : 0;
-  const float *hist = (const float *) p;
-  const int32_t *ids = (const int32_t *) (p + nh * H * sizeof (float));
-  if ((size_t) (end - p) != nh * H * sizeof (float) + nh * sizeof (int32_t))
+  if (st->P != m->hist_p || (st->P && st->H != m->hist_h))
+    BAD_STATE ("the checkpoint keeps a history of %d positions of %d floats, this model's head %d of %d", st->P,
+               st->H, m->hist_p, m->hist_h);
+  size_t nh = st->rows && st->P ? (size_t) st->P * st->rows : 0;
+  st->hist = (const float *) p;
+  st->ids = (const int32_t *) (p + nh * st->H * sizeof (float));
+  if ((size_t) (end - p) != nh * st->H * sizeof (float) + nh * sizeof (int32_t))
     BAD_STATE ("the checkpoint's training-stream state is truncated or oversized");
-  gboolean (*seek) (void *, int, gint64, GError **) = PSM_CLASS_HOOK (m->tk, train_seek);
-  if (cur >= 0 && !seek)
-    BAD_STATE ("the checkpoint records where task '%s' stood in its training data, but this build of it cannot "
-               "seek there (PsmTaskClass.train_seek)", m->task_name);
-  if (cur >= 0 && !seek (m->task, B, cur, error))
-    return FALSE;
 #undef NEED
 #undef BAD_STATE
-  /* everything checked: set the buffers (as the first segment would) */
-  if (rows && k) {
-    g_free (m->carry[0]);
-    m->carry[0] = g_memdup2 (carry, nc * sizeof (float));
-    m->carry_rows[0] = rows;
+  return TRUE;
+}
+
+gboolean
+psm_model_restore_stream_state (PsmModel *m, GBytes *state, int B, GError **error)
+{
+  return psm_model_restore_stream_rows (m, state, B, 0, B, error);
+}
+
+gboolean
+psm_model_restore_stream_rows (PsmModel *m, GBytes *state, int B, int lo, int n, GError **error)
+{
+  if (!m->streams) {
+    if (state) {
+      g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
+                   "the checkpoint holds the state of training streams, but task '%s' has none", m->task_name);
+      return FALSE;
+    }
+    return TRUE;
   }
-  if (rows && P) {
+  if (!state) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
+                 "the checkpoint holds no state of the training streams (written by a psm before checkpoint "
+                 "version 4?): resuming would restart task '%s' from its first segment", m->task_name);
+    return FALSE;
+  }
+  g_return_val_if_fail (lo >= 0 && n > 0 && lo + n <= B, FALSE);
+  StreamState st;
+  if (!stream_state_parse (m, state, &st, error))
+    return FALSE;
+  if (st.rows != 0 && st.rows != B) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
+                 "the checkpoint's training streams are %d (train.batch then), the pipeline asks for %d: resume "
+                 "with the same train.batch", st.rows, B);
+    return FALSE;
+  }
+  gboolean (*seek) (void *, int, gint64, GError **) = PSM_CLASS_HOOK (m->tk, train_seek);
+  if (st.cur >= 0 && !seek) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
+                 "the checkpoint records where task '%s' stood in its training data, but this build of it cannot "
+                 "seek there (PsmTaskClass.train_seek)", m->task_name);
+    return FALSE;
+  }
+  if (st.cur >= 0 && !seek (m->task, B, st.cur, error))
+    return FALSE;
+  /* everything checked: set this process's rows (as its first segment would) */
+  int k = st.k, P = st.P, H = st.H;
+  if (st.rows && k) {
+    g_free (m->carry[0]);
+    m->carry[0] = g_memdup2 (st.carry + (size_t) lo * k, (size_t) n * k * sizeof (float));
+    m->carry_rows[0] = n;
+  }
+  if (st.rows && P) {
     g_free (m->hist[0]);
     g_free (m->hist_ids[0]);
-    m->hist[0] = g_memdup2 (hist, nh * H * sizeof (float));
-    m->hist_ids[0] = g_memdup2 (ids, nh * sizeof (int32_t));
-    m->hist_rows[0] = rows;
+    m->hist[0] = g_new (float, (size_t) P * n * H);
+    m->hist_ids[0] = g_new (int32_t, (size_t) P * n);
+    for (int q = 0; q < P; q++) {
+      memcpy (m->hist[0] + (size_t) q * n * H, st.hist + ((size_t) q * B + lo) * H, (size_t) n * H * sizeof (float));
+      memcpy (m->hist_ids[0] + (size_t) q * n, st.ids + (size_t) q * B + lo, (size_t) n * sizeof (int32_t));
+    }
+    m->hist_rows[0] = n;
   }
   return TRUE;
+}
+
+GBytes *
+psm_model_stream_state_merge (PsmModel *m, GPtrArray *parts, GError **error)
+{
+  int np = (int) parts->len, rows = 0;
+  StreamState *st = g_new (StreamState, np);
+  for (int r = 0; r < np; r++) {
+    if (!stream_state_parse (m, g_ptr_array_index (parts, r), &st[r], error)) {
+      g_prefix_error (error, "MPI rank %d: ", r);
+      g_free (st);
+      return NULL;
+    }
+    rows += st[r].rows;
+    if (st[r].cur != st[0].cur || (st[r].rows == 0) != (st[0].rows == 0)) {
+      g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
+                   "the MPI ranks' training streams disagree (rank %d: cursor %" G_GINT64_FORMAT ", %d rows; rank 0: "
+                   "cursor %" G_GINT64_FORMAT ", %d rows)", r, st[r].cur, st[r].rows, st[0].cur, st[0].rows);
+      g_free (st);
+      return NULL;
+    }
+  }
+  gint32 k = st[0].k, P = st[0].P, H = st[0].H;
+  guint32 version = 1;
+  GByteArray *a = g_byte_array_new ();
+  g_byte_array_append (a, (const guint8 *) "PSMS", 4);
+  g_byte_array_append (a, (const guint8 *) &version, 4);
+  g_byte_array_append (a, (const guint8 *) &st[0].cur, 8);
+  g_byte_array_append (a, (const guint8 *) &rows, 4);
+  g_byte_array_append (a, (const guint8 *) &k, 4);
+  for (int r = 0; rows && k && r < np; r++)   /* [rows, k]: the ranks' rows one after another */
+    g_byte_array_append (a, (const guint8 *) st[r].carry, (guint) ((size_t) st[r].rows * k * sizeof (float)));
+  g_byte_array_append (a, (const guint8 *) &P, 4);
+  g_byte_array_append (a, (const guint8 *) &H, 4);
+  if (rows && P) {   /* [P, rows, H] and [P, rows]: position by position */
+    for (int q = 0; q < P; q++)
+      for (int r = 0; r < np; r++)
+        g_byte_array_append (a, (const guint8 *) (st[r].hist + (size_t) q * st[r].rows * H),
+                             (guint) ((size_t) st[r].rows * H * sizeof (float)));
+    for (int q = 0; q < P; q++)
+      for (int r = 0; r < np; r++)
+        g_byte_array_append (a, (const guint8 *) (st[r].ids + (size_t) q * st[r].rows),
+                             (guint) ((size_t) st[r].rows * sizeof (int32_t)));
+  }
+  g_free (st);
+  return g_byte_array_free_to_bytes (a);
 }
 
 gboolean
@@ -597,10 +687,20 @@ psm_model_check_mode (PsmModel *m)
 gboolean
 psm_model_train_batch (PsmModel *m, int B, PsmRng *rng, GError **error)
 {
-  m->train_rng = m->check_mode ? NULL : rng;
+  m->train_rng = NULL;
   if (!m->tk->train_batch (m->task, B, rng, &m->batch, error) ||
       !psm_batch_validate (&m->batch, &m->info, B, m->task_name, error))
     return FALSE;
+  /* Dropout and zoneout draw from a stream of their own, seeded once a
+   * batch from the batch stream and the MPI rank. Over MPI every rank must
+   * keep drawing the same global batches, and a rank's share of the rows
+   * (its shape) would move a shared stream by its own amount; each rank's
+   * rows get masks of their own. */
+  if (!m->check_mode) {
+    guint64 seed = (guint64) psm_rng_u32 (rng) << 32 | psm_rng_u32 (rng);
+    psm_rng_seed (&m->drop_rng, seed ^ (0x9e3779b97f4a7c15ull * (guint64) psm_dist_rank ()));
+    m->train_rng = &m->drop_rng;
+  }
   const PsmBatch *b = &m->batch;
   if (m->carry_k && b->advance > 0 && b->advance < b->T && m->enc_plugin->desc->abi_minor < 7) {
     g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
@@ -1268,9 +1368,11 @@ psm_model_evaluate (PsmModel *m, PsmSplit split, const PsmEvalOptions *opt, PsmE
   GArray *recs = m->streams && opt && opt->out ? g_array_new (FALSE, FALSE, sizeof (StreamRec)) : NULL;
   long *row_k = recs ? g_new0 (long, EB) : NULL;
   /* over MPI ranks, a loss-only evaluation (validation of a sequence model)
-   * is split batch by batch and summed */
+   * is split batch by batch and summed; a language model's, stream by
+   * stream (each rank carries the state of its rows of every segment) */
   int nr = psm_dist_size (), rank = psm_dist_rank ();
   gboolean split_ranks = nr > 1 && m->dk && !score && !m->streams;
+  gboolean split_streams = nr > 1 && m->streams && !recs && EB >= nr;
   for (long start = 0; ok && (m->streams ? res->n_examples < n : start < n); start += m->streams ? 1 : EB) {
     if (split_ranks && (start / EB) % nr != rank)
       continue;
@@ -1285,6 +1387,11 @@ psm_model_evaluate (PsmModel *m, PsmSplit split, const PsmEvalOptions *opt, PsmE
       ok = FALSE;
       break;
     }
+    double w_all = 0.0;   /* the whole segment's target words, the same on every rank */
+    for (int i = 0; m->streams && i < m->batch.B * m->batch.Ty; i++)
+      w_all += m->batch.tgt_mask[i];
+    if (split_streams)
+      psm_batch_take_streams (&m->batch, rank, nr);
     const PsmBatch *b = &m->batch;
     psm_graph_reset (g);
     PsmEncoding enc;
@@ -1307,7 +1414,7 @@ psm_model_evaluate (PsmModel *m, PsmSplit split, const PsmEvalOptions *opt, PsmE
       }
       if (m->hist_p)
         history_push (m, b, &enc);
-      res->n_examples += (long) w;   /* target words */
+      res->n_examples += (long) w_all;   /* target words */
       continue;
     }
     if (!m->dk) {
@@ -1338,12 +1445,13 @@ psm_model_evaluate (PsmModel *m, PsmSplit split, const PsmEvalOptions *opt, PsmE
   psm_graph_set_grad (g, TRUE);
   if (!ok)
     return FALSE;
-  if (split_ranks) {
-    double sums[3] = { loss_sum, weight, (double) res->n_examples };
+  if (split_ranks || split_streams) {
+    double sums[3] = { loss_sum, weight, split_ranks ? (double) res->n_examples : 0.0 };
     psm_dist_sum_double (sums, 3);
     loss_sum = sums[0];
     weight = sums[1];
-    res->n_examples = (long) sums[2];
+    if (split_ranks)
+      res->n_examples = (long) sums[2];
   }
   res->loss = weight > 0 ? loss_sum / weight : 0.0;
   res->mean_gate = gate_n ? gate_sum / gate_n : NAN;

@@ -106,6 +106,11 @@ void psm_dist_sum_float (float *buf, size_t n);
 void psm_dist_sum_double (double *buf, size_t n);
 void psm_dist_bcast (void *buf, size_t bytes);   /* from rank 0 */
 double psm_dist_time (void);
+/* Every rank's bytes on rank 0, in rank order (an array of GBytes); NULL
+ * on the other ranks. One rank: an array of its own. */
+GPtrArray *psm_dist_gather_bytes (GBytes *mine);
+/* Rank 0's bytes (or NULL) on every rank: a new reference. */
+GBytes *psm_dist_bcast_bytes (GBytes *b);
 /* core/psm-batch.c: keeps rows lo .. lo + n - 1 of every [T, B] and [B]
  * array (B becomes n; T, Ty, the OOV words and candidates stay). */
 void psm_batch_keep_rows (PsmBatch *b, int lo, int n);
@@ -117,6 +122,12 @@ void psm_batch_trim (PsmBatch *b);
 /* Keeps rank's share of the rows (psm_batch_share, keep_rows, trim); its
  * part of the batch's real target words, the weight of its gradient. */
 double psm_batch_take_share (PsmBatch *b, int rank, int n);
+/* Stream tasks: rank's rows of B by count alone, [B rank / n, B (rank+1) / n)
+ * — the same rows at every segment, whatever their tokens, since each rank
+ * carries its streams' state — and psm_batch_take_streams keeps them (no
+ * trim: a segment's positions stay where the carried state expects them). */
+void psm_batch_share_streams (int B, int rank, int n, int *lo, int *hi);
+double psm_batch_take_streams (PsmBatch *b, int rank, int n);
 
 /* core/psm-session.c, shared with the training loop (core/psm-train.c) */
 gboolean psm_run_optim_config (const PsmSection *s, PsmOptConfig *c);
@@ -308,6 +319,11 @@ gboolean psm_model_save_task (PsmModel *m, const char *dir, GError **error);
  * of B, then seeks the task; on error nothing is changed. */
 GBytes *psm_model_stream_state (PsmModel *m);
 gboolean psm_model_restore_stream_state (PsmModel *m, GBytes *state, int B, GError **error);
+/* Over MPI ranks, each holding streams [lo, lo + n) of B: restoring takes
+ * those rows of a whole state; merging puts the ranks' states (in rank
+ * order, as psm_dist_gather_bytes gives them) back into one of all B. */
+gboolean psm_model_restore_stream_rows (PsmModel *m, GBytes *state, int B, int lo, int n, GError **error);
+GBytes *psm_model_stream_state_merge (PsmModel *m, GPtrArray *parts, GError **error);
 
 /* What the core accepts from a task plugin (core/psm-batch.c): the sizes it
  * declares, and every batch it returns (ids inside the vocabularies, lengths

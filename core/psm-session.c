@@ -434,7 +434,7 @@ psm_run_check (PsmModel *m, GError **error)
       psm_optim_free (optim);
       return check_fail (error, "the check batch has fewer examples than there are MPI ranks");
     }
-    share = psm_batch_take_share (batch, rank, nr);
+    share = psm_model_streams (m) ? psm_batch_take_streams (batch, rank, nr) : psm_batch_take_share (batch, rank, nr);
   }
   for (int s = 0; s < steps; s++) {
     psm_graph_reset (g);

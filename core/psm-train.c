@@ -130,13 +130,27 @@ log_record (Trainer *t, const char *rec, GError **error)
   return !t->rank0 || psm_run_log_append (t->log, t->log_path, rec, error);
 }
 
-/* last.ckpt at t->meta.step, with the optimiser's and the streams' state. */
+/* last.ckpt at t->meta.step, with the optimiser's and the streams' state.
+ * Every rank calls it: over MPI each rank holds the state of its own
+ * streams, gathered into one state of all of them for rank 0 to write. */
 static gboolean
 save_last (Trainer *t, GError **error)
 {
-  if (!t->rank0)
+  GBytes *stream = psm_model_stream_state (t->m);   /* where the streams stand (LMs) */
+  if (stream && t->nranks > 1) {
+    GPtrArray *parts = psm_dist_gather_bytes (stream);
+    g_bytes_unref (stream);
+    stream = parts ? psm_model_stream_state_merge (t->m, parts, error) : NULL;
+    gboolean failed = parts && !stream;
+    g_clear_pointer (&parts, g_ptr_array_unref);
+    if (failed)
+      return FALSE;
+  }
+  if (!t->rank0) {
+    g_clear_pointer (&stream, g_bytes_unref);
     return TRUE;
-  t->meta.stream = psm_model_stream_state (t->m);   /* where the streams stand (LMs) */
+  }
+  t->meta.stream = stream;
   gboolean saved = psm_checkpoint_save (t->last, t->params, t->optim, TRUE, &t->meta, error);
   g_clear_pointer (&t->meta.stream, g_bytes_unref);
   return saved;
@@ -194,6 +208,24 @@ sync_from_rank0 (Trainer *t)
   psm_optim_set_lr_scale (t->optim, t->meta.lr_scale);
 }
 
+/* This rank's streams from a state of all of them (rank 0's checkpoint);
+ * over MPI every rank calls it after sync_from_rank0, and rank 0's state
+ * (or NULL) reaches the others first. */
+static gboolean
+restore_streams (Trainer *t, GBytes *state, GError **error)
+{
+  if (!psm_model_streams (t->m))
+    return TRUE;
+  GBytes *all = psm_dist_bcast_bytes (state);
+  int lo, hi;
+  psm_batch_share_streams (t->B, psm_dist_rank (), t->nranks, &lo, &hi);
+  gboolean ok = !all || psm_model_restore_stream_rows (t->m, all, t->B, lo, hi - lo, error);
+  g_clear_pointer (&all, g_bytes_unref);
+  if (!ok)
+    g_prefix_error (error, "%s: ", t->last);
+  return ok;
+}
+
 /* Loads last.ckpt back (parameters, optimiser, RNG, streams, schedule)
  * with the learning rate scaled by train.rollback_lr_factor. */
 static gboolean
@@ -201,22 +233,23 @@ roll_back (Trainer *t, GError **error)
 {
   if (!t->rank0) {   /* rank 0 reads it */
     sync_from_rank0 (t);
-    return TRUE;
+    return restore_streams (t, NULL, error);
   }
   PsmCheckpointMeta back = { 0 };
   if (!psm_checkpoint_load (t->last, t->params, t->optim, &back, error))
     return FALSE;
-  gboolean ok = psm_model_restore_stream_state (t->m, back.stream, t->B, error);
-  g_clear_pointer (&back.stream, g_bytes_unref);
-  if (!ok) {
-    g_prefix_error (error, "%s: ", t->last);
+  if (psm_model_streams (t->m) && !back.stream) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: holds no state of the training streams", t->last);
     return FALSE;
   }
+  GBytes *stream = g_steal_pointer (&back.stream);
   back.lr_scale *= t->rollback_factor;
   t->meta = back;
   psm_optim_set_lr_scale (t->optim, t->meta.lr_scale);
   sync_from_rank0 (t);
-  return TRUE;
+  gboolean ok = restore_streams (t, stream, error);
+  g_clear_pointer (&stream, g_bytes_unref);
+  return ok;
 }
 
 /* A non-finite training loss (what "loss") or gradient norm at update step
@@ -371,13 +404,6 @@ trainer_settings (Trainer *t)
 static gboolean
 trainer_open (Trainer *t, GError **error)
 {
-  if (t->nranks > 1 && psm_model_streams (t->m)) {
-    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_USAGE,
-                 "%s: a language model over streams trains on one MPI rank only for now (its carried state and "
-                 "pointer window are per stream, and the streams are not split over ranks): run it without mpirun",
-                 psm_pipeline_file (t->pl));
-    return FALSE;
-  }
   if (t->nranks > t->B) {
     g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_USAGE,
                  "train.batch %d is smaller than the %d MPI ranks that share it", t->B, t->nranks);
@@ -388,7 +414,9 @@ trainer_open (Trainer *t, GError **error)
     psm_run_optim_config (psm_pipeline_section (t->pl, "train.optimizer"), &oc);
     t->optim = psm_optim_new (&oc, t->params);
     sync_from_rank0 (t);
-    return TRUE;
+    if (!restore_streams (t, NULL, error))
+      return FALSE;
+    return t->opt->resume || save_last (t, error);
   }
   if (!t->opt->resume && g_file_test (t->last, G_FILE_TEST_EXISTS)) {
     g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_USAGE,
@@ -422,15 +450,10 @@ trainer_open (Trainer *t, GError **error)
       printf ("resumed %s at step %ld\n", t->last, t->meta.step);
     if (t->rank0 && !tidy_run_folder (t, error))
       return FALSE;
-    if (psm_model_streams (t->m) && !t->meta.stream) {
+    if (psm_model_streams (t->m) && !t->meta.stream)
       fprintf (stderr, "psm-run: note: %s holds no state of the training streams (written before checkpoint "
                "version 4): the streams start again from the first segment, so the resumed run differs from an "
                "uninterrupted one\n", t->last);
-    } else if (!psm_model_restore_stream_state (t->m, t->meta.stream, t->B, error)) {
-      g_prefix_error (error, "%s: ", t->last);
-      return FALSE;
-    }
-    g_clear_pointer (&t->meta.stream, g_bytes_unref);
   } else if (t->rank0) {
     if (!psm_pipeline_write (t->pl, t->cfg_path, error) || !psm_model_save_task (t->m, t->dir, error))
       return FALSE;
@@ -444,6 +467,11 @@ trainer_open (Trainer *t, GError **error)
     }
   }
   sync_from_rank0 (t);
+  GBytes *stream = g_steal_pointer (&t->meta.stream);
+  gboolean ok = restore_streams (t, stream, error);
+  g_clear_pointer (&stream, g_bytes_unref);
+  if (!ok)
+    return FALSE;
   /* a run killed before its first validation still resumes, and a
    * rollback always has somewhere to go */
   return t->opt->resume || save_last (t, error);
@@ -571,7 +599,8 @@ trainer_loop (Trainer *t, PsmProfile *prof, GError **error)
        * (the ranks wait for the slowest at the allreduce). A head's loss
        * is the mean over its rows' target words: weighting by the share
        * of them makes the summed gradient the global batch's. */
-      share = psm_batch_take_share (batch, psm_dist_rank (), t->nranks);
+      share = psm_model_streams (t->m) ? psm_batch_take_streams (batch, psm_dist_rank (), t->nranks)
+                                       : psm_batch_take_share (batch, psm_dist_rank (), t->nranks);
     }
     psm_graph_reset (g);
     PsmTensor *loss = psm_model_loss (t->m, g, batch);

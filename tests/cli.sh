@@ -384,7 +384,9 @@ cp_cfg 'plugin = "softmax";' cp_pl "eval_every = 20;" 'name = "adam"; lr = 0.3; 
   sed 's/eval_every = 100;//' > "$tmp/cp_pl.cfg"
 expect 0 "plateau_factor: lr halved after a worse validation" "validation worse than the one before: learning rate now 0.15" -- \
   "$run" --mode train "$tmp/cp_pl.cfg"
-if grep -q '"lr": 0.075' "$tmp/cp_pl/log.jsonl"; then ok "plateau_factor: the log records the halved rate"
+# (how many validations get worse depends on the run's random draws: one
+# halving at least, and the training records after it carry the rate)
+if grep -q '"split": "train".*"lr": 0\.\(15\|075\),' "$tmp/cp_pl/log.jsonl"; then ok "plateau_factor: the log records the halved rate"
 else cp "$tmp/cp_pl/log.jsonl" "$tmp/out"; bad "plateau_factor: the log records the halved rate"; fi
 
 # headline generation with the pointer softmax (Gulcehre et al. 5.2): every
