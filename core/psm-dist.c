@@ -174,6 +174,28 @@ psm_dist_bcast_bytes (GBytes *b)
   return g_bytes_new_take (buf, (gsize) len);
 }
 
+void
+psm_dist_reduce_update (PsmParams *p, double share, double *loss, double *extra, int n)
+{
+  if (dist_size < 2)
+    return;
+  float *grad = psm_params_grad (p), k = (float) share;
+  size_t P = psm_params_size (p);
+#pragma omp parallel for simd if (P >= 32768) schedule (static)
+  for (size_t i = 0; i < P; i++)
+    grad[i] *= k;
+  psm_dist_sum_float (grad, P);
+  double red[1 + 8];
+  g_return_if_fail (n >= 0 && n <= 8);
+  red[0] = *loss * share;
+  for (int i = 0; i < n; i++)
+    red[1 + i] = extra[i];
+  psm_dist_sum_double (red, 1 + n);
+  *loss = red[0];
+  for (int i = 0; i < n; i++)
+    extra[i] = red[1 + i];
+}
+
 double
 psm_dist_time (void)
 {

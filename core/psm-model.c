@@ -61,6 +61,12 @@ PsmParams *psm_model_params (PsmModel *m) { return m->params; }
 gboolean psm_model_has_decoder (PsmModel *m) { return m->dk != NULL; }
 gboolean psm_model_streams (PsmModel *m) { return m->streams; }
 
+double
+psm_model_take_share (PsmModel *m, int rank, int n)
+{
+  return m->streams ? psm_batch_take_streams (&m->batch, rank, n) : psm_batch_take_share (&m->batch, rank, n);
+}
+
 void *
 psm_model_task (PsmModel *m, const PsmTaskClass **klass)
 {

@@ -111,6 +111,11 @@ double psm_dist_time (void);
 GPtrArray *psm_dist_gather_bytes (GBytes *mine);
 /* Rank 0's bytes (or NULL) on every rank: a new reference. */
 GBytes *psm_dist_bcast_bytes (GBytes *b);
+/* One update's reduction over the ranks: the gradient and *loss weighted
+ * by this rank's share of the batch's target words and summed (one
+ * MPI_Allreduce over the gradient buffer), the n values of extra summed as
+ * they are. */
+void psm_dist_reduce_update (PsmParams *p, double share, double *loss, double *extra, int n);
 /* core/psm-batch.c: keeps rows lo .. lo + n - 1 of every [T, B] and [B]
  * array (B becomes n; T, Ty, the OOV words and candidates stay). */
 void psm_batch_keep_rows (PsmBatch *b, int lo, int n);
@@ -310,6 +315,9 @@ gboolean psm_model_train_batch (PsmModel *m, int B, PsmRng *rng, GError **error)
  * the losses of its steps compare. */
 void psm_model_check_mode (PsmModel *m);
 gboolean psm_model_streams (PsmModel *m);   /* a language model over streams */
+/* Keeps rank's share of the model's batch: psm_batch_take_streams for a
+ * language model over streams, else psm_batch_take_share; returns it. */
+double psm_model_take_share (PsmModel *m, int rank, int n);
 /* The task's save() into a new run folder (no-op without the hook). */
 gboolean psm_model_save_task (PsmModel *m, const char *dir, GError **error);
 /* Stream tasks: what --resume needs beyond parameters and optimiser — the

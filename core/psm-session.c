@@ -434,21 +434,14 @@ psm_run_check (PsmModel *m, GError **error)
       psm_optim_free (optim);
       return check_fail (error, "the check batch has fewer examples than there are MPI ranks");
     }
-    share = psm_model_streams (m) ? psm_batch_take_streams (batch, rank, nr) : psm_batch_take_share (batch, rank, nr);
+    share = psm_model_take_share (m, rank, nr);
   }
   for (int s = 0; s < steps; s++) {
     psm_graph_reset (g);
     PsmTensor *loss = psm_model_loss (m, g, batch);
     psm_backward (g, loss);
     double lv = loss->data[0];
-    if (nr > 1) {
-      float *grad = psm_params_grad (params);
-      for (size_t i = 0; i < P; i++)
-        grad[i] *= (float) share;
-      psm_dist_sum_float (grad, P);
-      lv *= share;
-      psm_dist_sum_double (&lv, 1);
-    }
+    psm_dist_reduce_update (params, share, &lv, NULL, 0);
     lastv = (float) lv;
     if (s == 0)
       first = best = lastv;

@@ -599,8 +599,7 @@ trainer_loop (Trainer *t, PsmProfile *prof, GError **error)
        * (the ranks wait for the slowest at the allreduce). A head's loss
        * is the mean over its rows' target words: weighting by the share
        * of them makes the summed gradient the global batch's. */
-      share = psm_model_streams (t->m) ? psm_batch_take_streams (batch, psm_dist_rank (), t->nranks)
-                                       : psm_batch_take_share (batch, psm_dist_rank (), t->nranks);
+      share = psm_model_take_share (t->m, psm_dist_rank (), t->nranks);
     }
     psm_graph_reset (g);
     PsmTensor *loss = psm_model_loss (t->m, g, batch);
@@ -609,17 +608,11 @@ trainer_loop (Trainer *t, PsmProfile *prof, GError **error)
     gboolean stop_req = stop_signal != 0;
     if (t->nranks > 1) {
       double t0 = psm_dist_time ();
-      float *grad = psm_params_grad (t->params);
-      size_t P = psm_params_size (t->params);
-      for (size_t i = 0; i < P; i++)
-        grad[i] *= (float) share;
-      psm_dist_sum_float (grad, P);
-      /* the global loss, and whether any rank was asked to stop (all stop
-       * at the same update) */
-      double red[2] = { lv * share, stop_signal ? 1.0 : 0.0 };
-      psm_dist_sum_double (red, 2);
-      lv = red[0];
-      stop_req = red[1] > 0;
+      /* the global gradient and loss, and whether any rank was asked to
+       * stop (all stop at the same update) */
+      double stop = stop_signal ? 1.0 : 0.0;
+      psm_dist_reduce_update (t->params, share, &lv, &stop, 1);
+      stop_req = stop > 0;
       t->t_reduce += psm_dist_time () - t0;
     }
     if (!isfinite (lv)) {

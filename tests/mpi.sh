@@ -40,6 +40,12 @@ maxrel () {
     { d = $2 - $4; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); if (r > m) m = r; k++ }
     END { if (bad || k == 0) print "differ"; else printf "%.3g\n", m }'
 }
+# ok LABEL when runs A and B logged the same SPLIT losses at the same steps
+# to a relative 1e-4 (and the shell condition COND, if given, holds)
+close_to () {   # A B SPLIT LABEL [COND]
+  r=$(maxrel "$1" "$2" "$3")
+  check "$4 ($r <= 1e-4)" "${5:+$5 && }"'awk -v r="$r" "BEGIN { exit !(r != \"differ\" && r + 0 <= 1e-4) }"'
+}
 
 cat > "$tmp/s2s.cfg" <<CFG
 task = { plugin = "cnndm"; vocab = 300; max_src = 40; max_tgt = 12; max_train = 200; };
@@ -58,14 +64,8 @@ CFG
 check "one process, batch 8" '[ $? -eq 0 ]'
 mpi 2 --mode train "$tmp/s2s.cfg" --set "run.dir=$tmp/two" > "$tmp/out" 2>&1
 check "2 ranks, each a share of the same batches of 8" '[ $? -eq 0 ] && grep -q "2 MPI ranks: .* in the gradient allreduce" "$tmp/out"'
-r=$(maxrel one two train)
-echo "# largest relative difference of the 16 training losses, 1 vs 2 ranks: $r"
-check "2 ranks give the one-process losses at every update (relative difference $r <= 1e-4)" \
-  'awk -v r="$r" "BEGIN { exit !(r != \"differ\" && r + 0 <= 1e-4) }"'
-r=$(maxrel one two valid)
-echo "# validation losses (split over the ranks and summed): largest relative difference $r"
-check "and the same validation losses, the validation split over the ranks ($r <= 1e-4)" \
-  'awk -v r="$r" "BEGIN { exit !(r != \"differ\" && r + 0 <= 1e-4) }"'
+close_to one two train "2 ranks give the one-process losses at all 16 updates"
+close_to one two valid "and the same validation losses, the validation split over the ranks and summed"
 check "rank 0 alone wrote the run folder's log (one record per update)" \
   '[ "$(grep -c "\"split\": \"train\"" "$tmp/two/log.jsonl")" -eq 16 ]'
 mpi 2 --mode train "$tmp/s2s.cfg" --set "run.dir=$tmp/two" --set train.steps=20 > "$tmp/out" 2>&1
@@ -80,15 +80,11 @@ mpi 2 --mode train "$tmp/s2s.cfg" --set "run.dir=$tmp/x21" --stop-after 7 > "$tm
 check "2 ranks, --stop-after 7" '[ $? -eq 0 ] && grep -q "stopped at step 7" "$tmp/out"'
 "$run" --mode train --resume "$tmp/s2s.cfg" --set "run.dir=$tmp/x21" > "$tmp/out" 2>&1
 check "resumed by one process" '[ $? -eq 0 ] && grep -q "resumed .* at step 7" "$tmp/out"'
-r=$(maxrel one x21 train)
-check "2 ranks then 1 process: the one-process losses ($r <= 1e-4)" \
-  'awk -v r="$r" "BEGIN { exit !(r != \"differ\" && r + 0 <= 1e-4) }"'
+close_to one x21 train "2 ranks then 1 process: the one-process losses"
 "$run" --mode train "$tmp/s2s.cfg" --set "run.dir=$tmp/x12" --stop-after 6 > "$tmp/out" 2>&1
 mpi 2 --mode train --resume "$tmp/s2s.cfg" --set "run.dir=$tmp/x12" > "$tmp/out" 2>&1
 check "1 process then 2 ranks resume at step 6" '[ $? -eq 0 ] && grep -q "resumed .* at step 6" "$tmp/out"'
-r=$(maxrel one x12 train)
-check "and give the one-process losses ($r <= 1e-4)" \
-  'awk -v r="$r" "BEGIN { exit !(r != \"differ\" && r + 0 <= 1e-4) }"'
+close_to one x12 train "and give the one-process losses"
 
 # --check under mpirun
 for cfg in cnndm_coverage_small gigaword_readagain_lstm_copy_small rarest_word_ps_small europarl_ps_small; do
@@ -140,23 +136,16 @@ CFG
 check "LM: one process, 4 streams" '[ $? -eq 0 ]'
 mpi 2 --mode train "$tmp/lm.cfg" --set "run.dir=$tmp/lm2" > "$tmp/out" 2>&1
 check "LM: 2 ranks, 2 streams each" '[ $? -eq 0 ] && grep -q "2 MPI ranks: .* in the gradient allreduce" "$tmp/out"'
-r=$(maxrel lm1 lm2 train)
-echo "# LM: largest relative difference of the 16 training losses, 1 vs 2 ranks: $r"
-check "LM: 2 ranks give the one-process losses at every update ($r <= 1e-4)" \
-  'awk -v r="$r" "BEGIN { exit !(r != \"differ\" && r + 0 <= 1e-4) }"'
-r=$(maxrel lm1 lm2 valid)
-check "LM: and the same validation losses, the validation streams split over the ranks ($r <= 1e-4)" \
-  'awk -v r="$r" "BEGIN { exit !(r != \"differ\" && r + 0 <= 1e-4) }"'
+close_to lm1 lm2 train "LM: 2 ranks give the one-process losses at all 16 updates"
+close_to lm1 lm2 valid "LM: and the same validation losses, the validation streams split over the ranks"
 mpi 2 --mode train "$tmp/lm.cfg" --set "run.dir=$tmp/lm21" --stop-after 5 > "$tmp/out" 2>&1
 "$run" --mode train --resume "$tmp/lm.cfg" --set "run.dir=$tmp/lm21" > "$tmp/out" 2>&1
-r=$(maxrel lm1 lm21 train)
-check "LM: 2 ranks stopped at 5, resumed by one process: the one-process losses ($r <= 1e-4)" \
-  'grep -q "resumed .* at step 5" "$tmp/out" && awk -v r="$r" "BEGIN { exit !(r != \"differ\" && r + 0 <= 1e-4) }"'
+close_to lm1 lm21 train "LM: 2 ranks stopped at 5, resumed by one process: the one-process losses" \
+  'grep -q "resumed .* at step 5" "$tmp/out"'
 "$run" --mode train "$tmp/lm.cfg" --set "run.dir=$tmp/lm12" --stop-after 6 > "$tmp/out" 2>&1
 mpi 2 --mode train --resume "$tmp/lm.cfg" --set "run.dir=$tmp/lm12" > "$tmp/out" 2>&1
-r=$(maxrel lm1 lm12 train)
-check "LM: one process stopped at 6, resumed by 2 ranks: the one-process losses ($r <= 1e-4)" \
-  'grep -q "resumed .* at step 6" "$tmp/out" && awk -v r="$r" "BEGIN { exit !(r != \"differ\" && r + 0 <= 1e-4) }"'
+close_to lm1 lm12 train "LM: one process stopped at 6, resumed by 2 ranks: the one-process losses" \
+  'grep -q "resumed .* at step 6" "$tmp/out"'
 # with dropout and zoneout each rank draws masks for its own rows; a run
 # stopped and resumed under 2 ranks is the uninterrupted one, bit for bit
 sed 's/dropout = 0.0; zoneout = 0.0;/dropout = 0.3; zoneout = 0.1;/' "$tmp/lm.cfg" > "$tmp/lmd.cfg"
