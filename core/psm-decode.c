@@ -15,6 +15,9 @@
 #include "config.h"
 #include <math.h>
 #include <string.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 #include "psm-private.h"
 
 typedef struct {
@@ -121,6 +124,42 @@ push_cand (Cand *top, int *k, int cap, Cand c)
   top[i] = c;
 }
 
+gboolean psm_beam_floor = TRUE;
+
+/* A float below which a row's score x cannot make logp + x (in double)
+ * beat the list's last entry `last`: (float) (last - logp) is within half
+ * a float ulp of the real difference, one ulp lower is below it by far
+ * more than the double sum's rounding. -inf (test everything) where that
+ * is not a finite number. Skipping the entries at or below it, most of a
+ * row once the list is full, changes no result. */
+float
+psm_beam_score_floor (double last, double logp)
+{
+  double d = last - logp;
+  if (!isfinite (d) || fabs (d) > 1e30)
+    return -INFINITY;
+  return nextafterf ((float) d, -INFINITY);
+}
+
+/* The first s in [from, S) with row[s] > floor (NaN never is), or S. */
+static int32_t
+next_above (const float *row, int32_t from, int32_t S, float floor)
+{
+  int32_t s = from;
+#ifdef __AVX512F__
+  __m512 f = _mm512_set1_ps (floor);
+  for (; s + 16 <= S; s += 16) {
+    __mmask16 m = _mm512_cmp_ps_mask (_mm512_loadu_ps (row + s), f, _CMP_GT_OQ);
+    if (m)
+      return s + __builtin_ctz (m);
+  }
+#endif
+  for (; s < S; s++)
+    if (row[s] > floor)
+      return s;
+  return S;
+}
+
 gboolean
 psm_beam_search (const PsmBeamConfig *cfg, int B, const PsmBeamFns *f, PsmHyp *out, GError **error)
 {
@@ -157,7 +196,8 @@ psm_beam_search (const PsmBeamConfig *cfg, int B, const PsmBeamFns *f, PsmHyp *o
         if (!cur.alive[r])
           continue;
         const float *row = sc + (size_t) r * S;
-        for (int32_t s = 0; s < S; s++) {
+        float floor = k == cap && psm_beam_floor ? psm_beam_score_floor (top[cap - 1].v, cur.logp[r]) : -INFINITY;
+        for (int32_t s = next_above (row, 0, S, floor); s < S; s = next_above (row, s + 1, S, floor)) {
           if (!isfinite (row[s]))
             continue;
           Cand c = { cur.logp[r] + row[s], r, s };
@@ -171,6 +211,8 @@ psm_beam_search (const PsmBeamConfig *cfg, int B, const PsmBeamFns *f, PsmHyp *o
           if (w >= 0 && repeats_ngram (f, &cur, r, w, cfg->block_ngram, buf))
             continue;
           push_cand (top, &k, cap, c);
+          if (k == cap && psm_beam_floor)
+            floor = psm_beam_score_floor (top[cap - 1].v, cur.logp[r]);
         }
       }
       int filled = 0;

@@ -171,10 +171,11 @@ gboolean psm_graph_is_const (PsmGraph *g, const float *data);
 const float *psm_graph_packed (PsmGraph *g, const float *w, int K, int n, gboolean tb);
 void psm_graph_keep_packed (PsmGraph *g, gboolean keep);
 void psm_graph_clear_packed (PsmGraph *g);
-/* C[M, N] = beta C + A[M, K] op(W), op(W) packed by psm_graph_packed; the
- * column panels split over the threads. */
-void psm_gemm_packed (int M, int N, int K, const float *A, int lda, const float *wp, float beta, float *C,
-                      int ldc);
+/* C[M, N] = A[M, K] op(W) + bias (bias NULL: none), or C += A op(W) with
+ * acc; op(W) packed by psm_graph_packed; the column panels split over the
+ * threads, each storing straight into C. */
+void psm_gemm_packed (int M, int N, int K, const float *A, int lda, const float *wp, const float *bias, gboolean acc,
+                      float *C, int ldc);
 /* The rows up to which a GEMM uses packed weights when it can. */
 #define PSM_PACKED_MAX_ROWS 64
 
@@ -280,11 +281,21 @@ static inline float psm_sigmoidf (float x) { return 1.0f / (1.0f + expf (-x)); }
 /* psm_gru_seq runs on packed weights when set (default PSM_PACK_FAST),
  * else on one psm_gemm per step; tests set it both ways. */
 extern gboolean psm_gru_packed;
+/* Beam search skips a row's scores that cannot enter the list (all but a
+ * few once it is full) by one vector compare against a float floor; tests
+ * turn it off to compare (core/psm-decode.c). */
+extern gboolean psm_beam_floor;
+/* That floor: x <= psm_beam_score_floor (last, logp) implies logp + x <= last. */
+float psm_beam_score_floor (double last, double logp);
 /* Panels holding n columns; n padded to them is psm_pack_panels (n) * PSM_PACK_NR. */
 static inline int psm_pack_panels (int n) { return (n + PSM_PACK_NR - 1) / PSM_PACK_NR; }
 size_t psm_packed_floats (int K, int n);
 void psm_pack (int K, int n, const float *B, int ldb, gboolean tb, float *out);
 void psm_packed_gemm (int M, int K, int n, const float *A, int lda, const float *Bp, float *C, int ldc);
+/* The same storing exactly columns [0, n) of C: A op(B) + bias (bias NULL:
+ * none), or C += A op(B) with acc. */
+void psm_packed_gemm_store (int M, int K, int n, const float *A, int lda, const float *Bp, float *C, int ldc,
+                            const float *bias, gboolean acc);
 /* Whole-sequence recurrences on packed weights (gru.c, lstm.c): the threads
  * to use for B independent rows, the rows [*b0, *b1) of thread id, and
  * op(W) (K x n) packed into wp by the threads of the enclosing region (with

@@ -174,6 +174,130 @@ START_TEST (test_greedy)
 END_TEST
 
 /* The scorer's error stops the search and reaches the caller. */
+/* The floor that skips most of a row changes nothing: a scorer over 3,000
+ * slots whose scores are multiples of 1/8 (exact ties between the double sums,
+ * right at the list's last entry), with NaN, +inf and -inf among them;
+ * every rule on; the search with and without the floor must agree bit for
+ * bit, in every step's beams (a hash of what the scorer is handed) and in
+ * the results. */
+#define WS 3000
+#define WL 6
+
+typedef struct {
+  int K;
+  int32_t hist[64][WL], len[64], nh[64][WL], nlen[64];
+  float scores[64 * WS];
+  guint64 trace;   /* every step's parents and tokens, hashed */
+} Wide;
+
+static const float *
+wide_step (void *ud, int n, const int32_t *parents, const int32_t *tokens, int *S_out, GError **error)
+{
+  Wide *t = ud;
+  for (int r = 0; r < n; r++) {
+    int p = parents ? parents[r] : r;
+    t->trace = (t->trace ^ (guint64) (p * 131071 + (tokens[r] + 1))) * 1099511628211ull;
+    t->nlen[r] = parents ? t->len[p] : 0;
+    memcpy (t->nh[r], t->hist[p], sizeof t->hist[p]);
+    if (parents && tokens[r] >= 0 && t->nlen[r] < WL)
+      t->nh[r][t->nlen[r]++] = tokens[r];
+  }
+  memcpy (t->hist, t->nh, sizeof t->hist);
+  memcpy (t->len, t->nlen, sizeof t->len);
+  for (int r = 0; r < n; r++) {
+    guint32 x = 2166136261u ^ (guint32) (r / t->K * 7919);
+    for (int i = 0; i < t->len[r]; i++)
+      x = (x ^ (guint32) (t->hist[r][i] + 1)) * 16777619u;
+    for (int s = 0; s < WS; s++) {
+      guint32 y = (x ^ (guint32) (s * 2654435761u)) * 2246822519u;
+      y ^= y >> 13;
+      float v = -(float) (y % 4096) / 8.0f;
+      if (y % 1009 == 0)
+        v = NAN;
+      else if (y % 1013 == 0)
+        v = -INFINITY;
+      else if (y % 2027 == 0)
+        v = INFINITY;
+      t->scores[(size_t) r * WS + s] = v;
+    }
+  }
+  *S_out = WS;
+  return t->scores;
+}
+
+/* The floor itself: no float x at or below it (the floats next to the
+ * difference last - logp, of any size, zero and float-tiny ones among
+ * them) has logp + x > last in double. */
+START_TEST (test_score_floor)
+{
+  PsmRng rng;
+  psm_rng_seed (&rng, 11);
+  int checked = 0;
+  for (int i = 0; i < 200000; i++) {
+    double logp = -ldexp (psm_rng_uniform (&rng), (int) (psm_rng_u32 (&rng) % 40) - 20);
+    double d;
+    switch (i % 4) {
+    case 0: d = 0.0; break;
+    case 1: d = ldexp (psm_rng_uniform (&rng) - 0.5, -130); break;   /* below float's normal range */
+    default: d = ldexp (psm_rng_uniform (&rng) - 0.5, (int) (psm_rng_u32 (&rng) % 60) - 30); break;
+    }
+    double last = logp + d;
+    float floor = psm_beam_score_floor (last, logp);
+    ck_assert (isfinite (floor));
+    float x = (float) (last - logp);
+    for (int j = 0; j < 4; j++)
+      x = nextafterf (x, INFINITY);
+    for (int j = 0; j < 9; j++, x = nextafterf (x, -INFINITY))
+      if (x <= floor) {
+        ck_assert_msg (!(logp + (double) x > last), "logp %a last %a: x %a <= floor %a but the sum beats last", logp,
+                       last, (double) x, (double) floor);
+        checked++;
+      }
+  }
+  ck_assert_int_gt (checked, 200000);
+  ck_assert (psm_beam_score_floor (-INFINITY, -1.0) == -INFINITY);
+  ck_assert (psm_beam_score_floor (1.0, -INFINITY) == -INFINITY);
+  ck_assert (psm_beam_score_floor (NAN, 0.0) == -INFINITY);
+}
+END_TEST
+
+START_TEST (test_beam_floor)
+{
+  const PsmBeamConfig cfgs[] = {
+    { 5, 0, WL, 0, 1.0, 0, 1, FALSE },
+    { 5, 3, WL, 2, 0.0, 0, 1, TRUE },
+    { 8, 2, WL, 1, 0.5, 0, 1, TRUE },
+  };
+  for (guint ci = 0; ci < G_N_ELEMENTS (cfgs); ci++) {
+    PsmHyp out[2][4] = { { { 0 } } };
+    guint64 trace[2];
+    for (int floor = 0; floor < 2; floor++) {
+      Wide *t = g_new0 (Wide, 1);
+      t->K = cfgs[ci].beam;
+      PsmBeamFns f = { wide_step, NULL, t };
+      psm_beam_floor = floor;
+      gboolean ok = psm_beam_search (&cfgs[ci], 4, &f, out[floor], NULL);
+      psm_beam_floor = TRUE;
+      ck_assert (ok);
+      trace[floor] = t->trace;
+      g_free (t);
+    }
+    ck_assert_msg (trace[0] == trace[1], "config %u: the beams differ with the floor", ci);
+    for (int b = 0; b < 4; b++) {
+      const PsmHyp *x = &out[0][b], *y = &out[1][b];
+      ck_assert_msg (x->len == y->len && memcmp (&x->logp, &y->logp, sizeof x->logp) == 0
+                     && memcmp (x->slots, y->slots, x->len * sizeof (int32_t)) == 0
+                     && memcmp (x->rows, y->rows, x->len * sizeof (int32_t)) == 0,
+                     "config %u article %d: with the floor len %d logp %a, without len %d logp %a", ci, b, y->len,
+                     y->logp, x->len, x->logp);
+      ck_assert (x->len > 0);
+      psm_hyp_clear (&out[0][b]);
+      psm_hyp_clear (&out[1][b]);
+    }
+  }
+}
+END_TEST
+
 static const float *
 fail_step (void *ud, int n, const int32_t *parents, const int32_t *tokens, int *S_out, GError **error)
 {
@@ -200,6 +324,8 @@ main (void)
   TCase *tc = tcase_create ("beam");
   tcase_add_test (tc, test_beam_exhaustive);
   tcase_add_test (tc, test_greedy);
+  tcase_add_test (tc, test_beam_floor);
+  tcase_add_test (tc, test_score_floor);
   tcase_add_test (tc, test_step_error);
   suite_add_tcase (s, tc);
   return psm_test_run (s);

@@ -696,6 +696,52 @@ START_TEST (test_packed_gemm)
 }
 END_TEST
 
+/* The storing variant (psm_linear's packed path, the LSTM cell's h W):
+ * A op(B) + bias and C += A op(B) bit for bit as the two passes they
+ * replace (the padded product, then the bias or C added), exactly n
+ * columns written, a partial last panel included. */
+START_TEST (test_packed_gemm_store)
+{
+  PsmRng rng;
+  psm_rng_seed (&rng, 10);
+  int Ms[] = { 1, 7, 8, 13, 60 }, ns[] = { 5, 32, 70, 96 };
+  int K = 37;
+  for (int mode = 0; mode < 3; mode++)   /* 0: alone, 1: + bias, 2: accumulate */
+    for (int mi = 0; mi < 5; mi++)
+      for (int ni = 0; ni < 4; ni++) {
+        int M = Ms[mi], n = ns[ni], npad = psm_pack_panels (n) * PSM_PACK_NR, ldc = n + 7;
+        float *A = g_new (float, (size_t) M * K), *B = g_new (float, (size_t) K * n), *bias = g_new (float, n);
+        float *C = g_new (float, (size_t) M * ldc), *before = g_new (float, (size_t) M * ldc);
+        float *P = g_new (float, (size_t) M * npad), *bp = g_new (float, psm_packed_floats (K, n));
+        psm_test_fill (A, (size_t) M * K, 1.0f, &rng);
+        psm_test_fill (B, (size_t) K * n, 1.0f, &rng);
+        psm_test_fill (bias, n, 1.0f, &rng);
+        psm_test_fill (before, (size_t) M * ldc, 1.0f, &rng);
+        memcpy (C, before, (size_t) M * ldc * sizeof (float));
+        psm_pack (K, n, B, n, FALSE, bp);
+        psm_packed_gemm (M, K, n, A, K, bp, P, npad);
+        psm_packed_gemm_store (M, K, n, A, K, bp, C, ldc, mode == 1 ? bias : NULL, mode == 2);
+        for (int i = 0; i < M; i++) {
+          for (int j = 0; j < n; j++) {
+            float p = P[(size_t) i * npad + j];
+            float want = mode == 0 ? p : mode == 1 ? bias[j] + p : before[(size_t) i * ldc + j] + p;
+            ck_assert_msg (memcmp (&C[(size_t) i * ldc + j], &want, sizeof want) == 0,
+                           "mode %d M=%d n=%d C[%d][%d] = %a, want %a", mode, M, n, i, j, C[(size_t) i * ldc + j], want);
+          }
+          for (int j = n; j < ldc; j++)
+            ck_assert_msg (C[(size_t) i * ldc + j] == before[(size_t) i * ldc + j], "column %d past n written", j);
+        }
+        g_free (A);
+        g_free (B);
+        g_free (bias);
+        g_free (C);
+        g_free (before);
+        g_free (P);
+        g_free (bp);
+      }
+}
+END_TEST
+
 /* psm_gemm's column split for few rows must cover every column with the
  * team the runtime gave, not the one asked for. libgomp reads
  * OMP_THREAD_LIMIT at start-up, so the check runs in a child process started
@@ -1532,6 +1578,7 @@ main (int argc, char **argv)
   tcase_add_test (tc, test_gru);
   tcase_add_test (tc, test_gru_seq_paths);
   tcase_add_test (tc, test_packed_gemm);
+  tcase_add_test (tc, test_packed_gemm_store);
   tcase_add_test (tc, test_gemm_thread_limit);
   tcase_add_test (tc, test_colsum);
   tcase_add_test (tc, test_lstm);

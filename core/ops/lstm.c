@@ -31,7 +31,8 @@ psm_lstm_cell (PsmGraph *g, PsmTensor *xp, PsmTensor *h, PsmTensor *c, PsmTensor
   memcpy (G, xp->data, (size_t) B * 4 * H * sizeof (float));
   gboolean packed = PSM_PACK_FAST && B <= PSM_PACKED_MAX_ROWS && psm_graph_is_const (g, w->data);
   if (packed)
-    psm_gemm_packed (B, 4 * H, H, h->data, H, psm_graph_packed (g, w->data, H, 4 * H, FALSE), 1.0f, G, 4 * H);
+    psm_gemm_packed (B, 4 * H, H, h->data, H, psm_graph_packed (g, w->data, H, 4 * H, FALSE), NULL, TRUE, G,
+                     4 * H);
   else
     psm_gemm (FALSE, FALSE, B, 4 * H, H, 1.0f, h->data, H, w->data, 4 * H, 1.0f, G, 4 * H);
   float *ho = out->data, *co = out->data + (size_t) B * H;
@@ -106,7 +107,7 @@ psm_lstm_cell_backward (PsmNode *n)
     for (size_t i = 0; i < (size_t) B * 4 * H; i++)
       xp->grad[i] += dG[i];
   if (h->grad && n->aux[1])
-    psm_gemm_packed (B, H, 4 * H, dG, 4 * H, (const float *) n->aux[1], 1.0f, h->grad, H);
+    psm_gemm_packed (B, H, 4 * H, dG, 4 * H, (const float *) n->aux[1], NULL, TRUE, h->grad, H);
   else if (h->grad)
     psm_gemm (FALSE, TRUE, B, H, 4 * H, 1.0f, dG, 4 * H, w->data, 4 * H, 1.0f, h->grad, H);
   if (w->grad)

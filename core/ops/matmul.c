@@ -104,32 +104,20 @@ psm_matmul_backward (PsmNode *n)
 }
 
 void
-psm_gemm_packed (int M, int N, int K, const float *A, int lda, const float *wp, float beta, float *C, int ldc)
+psm_gemm_packed (int M, int N, int K, const float *A, int lda, const float *wp, const float *bias, gboolean acc,
+                 float *C, int ldc)
 {
-  int panels = psm_pack_panels (N), ld = panels * PSM_PACK_NR;
-  float *S = psm_xaligned ((size_t) M * ld * sizeof (float), "GEMM scratch");
+  int panels = psm_pack_panels (N);
   int nt = omp_in_parallel () ? 1 : MAX (1, MIN (omp_get_max_threads (), panels / 4));
 #pragma omp parallel num_threads (nt)
   {
     int id = omp_get_thread_num (), team = omp_get_num_threads ();
     int p0 = panels * id / team, p1 = panels * (id + 1) / team;
-    if (p1 > p0) {
-      psm_packed_gemm (M, K, (p1 - p0) * PSM_PACK_NR, A, lda, wp + (size_t) p0 * K * PSM_PACK_NR,
-                       S + (size_t) p0 * PSM_PACK_NR, ld);
-      int c0 = p0 * PSM_PACK_NR, c1 = MIN (N, p1 * PSM_PACK_NR);
-      for (int i = 0; i < M; i++) {
-        float *c = C + (size_t) i * ldc;
-        const float *sr = S + (size_t) i * ld;
-        if (beta == 0.0f)
-          memcpy (c + c0, sr + c0, (size_t) (c1 - c0) * sizeof (float));
-        else
-#pragma omp simd
-          for (int j = c0; j < c1; j++)
-            c[j] = beta * c[j] + sr[j];
-      }
-    }
+    int c0 = p0 * PSM_PACK_NR, c1 = MIN (N, p1 * PSM_PACK_NR);
+    if (c1 > c0)
+      psm_packed_gemm_store (M, K, c1 - c0, A, lda, wp + (size_t) p0 * K * PSM_PACK_NR, C + c0, ldc,
+                             bias ? bias + c0 : NULL, acc);
   }
-  free (S);
 }
 
 /* Whether y = x W with this x and W takes the packed path: few rows, a
@@ -153,18 +141,18 @@ psm_linear (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b)
   memcpy (shape, x->shape, sizeof shape);
   shape[x->ndim - 1] = N;
   PsmTensor *y = psm_op_out (g, x->ndim, shape, 3, in);
-  float beta = 0.0f;
-  if (b) {
-#pragma omp parallel for if ((long) R * N >= 65536) schedule (static)
-    for (int r = 0; r < R; r++)
-      memcpy (y->data + (size_t) r * N, b->data, N * sizeof (float));
-    beta = 1.0f;
-  }
   gboolean packed = use_packed (g, R, w);
-  if (packed)
-    psm_gemm_packed (R, N, K, x->data, K, psm_graph_packed (g, w->data, K, N, FALSE), beta, y->data, N);
-  else
-    psm_gemm (FALSE, FALSE, R, N, K, 1.0f, x->data, K, w->data, N, beta, y->data, N);
+  if (packed) {   /* the bias added as each block is stored */
+    psm_gemm_packed (R, N, K, x->data, K, psm_graph_packed (g, w->data, K, N, FALSE), b ? b->data : NULL, FALSE,
+                     y->data, N);
+  } else {
+    if (b) {
+#pragma omp parallel for if ((long) R * N >= 65536) schedule (static)
+      for (int r = 0; r < R; r++)
+        memcpy (y->data + (size_t) r * N, b->data, N * sizeof (float));
+    }
+    psm_gemm (FALSE, FALSE, R, N, K, 1.0f, x->data, K, w->data, N, b ? 1.0f : 0.0f, y->data, N);
+  }
   PsmNode *nd = psm_graph_record (g, PSM_OP_LINEAR, y, 3, in);
   if (nd && packed && x->grad)   /* dx = dy W^T on W^T packed (valid until the reset) */
     nd->saved = (void *) psm_graph_packed (g, w->data, N, K, TRUE);
@@ -177,7 +165,7 @@ psm_linear_backward (PsmNode *n)
   PsmTensor *x = n->in[0], *w = n->in[1], *b = n->in[2], *y = n->out;
   int R = psm_tensor_rows (x), K = psm_tensor_cols (x), N = w->shape[1];
   if (x->grad && n->saved)
-    psm_gemm_packed (R, K, N, y->grad, N, n->saved, 1.0f, x->grad, K);
+    psm_gemm_packed (R, K, N, y->grad, N, n->saved, NULL, TRUE, x->grad, K);
   else if (x->grad)
     psm_gemm (FALSE, TRUE, R, K, N, 1.0f, y->grad, N, w->data, N, 1.0f, x->grad, K);
   if (w->grad)

@@ -54,11 +54,21 @@ psm_pack (int K, int n, const float *B, int ldb, gboolean tb, float *out)
   }
 }
 
-/* mr (<= MR) rows of A against one panel (two vectors wide); writes
- * mr x PSM_PACK_NR of C. A compile-time mr keeps the accumulators in
+/* How a kernel stores its block: nc (<= PSM_PACK_NR) columns of it; added
+ * to what C holds (acc), or to the bias, or alone. The dot product is
+ * complete before either is added, so C + A B and A B + b round as the
+ * separate passes they replace did. */
+typedef struct {
+  int nc;
+  const float *bias;
+  gboolean acc;
+} Store;
+
+/* mr (<= MR) rows of A against one panel (two vectors wide); stores
+ * mr x st->nc of C. A compile-time mr keeps the accumulators in
  * registers. */
 static inline __attribute__ ((always_inline)) void
-kernel (const int mr, int K, const float *A, int lda, const float *Bp, float *C, int ldc)
+kernel (const int mr, int K, const float *A, int lda, const float *Bp, float *C, int ldc, const Store *st)
 {
   vf c0[MR], c1[MR];
 #pragma GCC unroll 8
@@ -74,25 +84,54 @@ kernel (const int mr, int K, const float *A, int lda, const float *Bp, float *C,
       c1[i] += a * b1;
     }
   }
+  if (st->nc == PSM_PACK_NR) {
+    vf add0 = { 0 }, add1 = { 0 };
+    if (st->bias) {
+      add0 = *(const vf *) st->bias;
+      add1 = *(const vf *) (st->bias + PSM_PACK_VL);
+    }
 #pragma GCC unroll 8
-  for (int i = 0; i < mr; i++) {
-    *(vf *) (C + (size_t) i * ldc) = c0[i];
-    *(vf *) (C + (size_t) i * ldc + PSM_PACK_VL) = c1[i];
+    for (int i = 0; i < mr; i++) {
+      vf *d0 = (vf *) (C + (size_t) i * ldc), *d1 = (vf *) (C + (size_t) i * ldc + PSM_PACK_VL);
+      if (st->acc) {
+        *d0 += c0[i];
+        *d1 += c1[i];
+      } else if (st->bias) {
+        *d0 = c0[i] + add0;
+        *d1 = c1[i] + add1;
+      } else {
+        *d0 = c0[i];
+        *d1 = c1[i];
+      }
+    }
+    return;
+  }
+  for (int i = 0; i < mr; i++) {   /* the last, partial panel */
+    float row[PSM_PACK_NR], *d = C + (size_t) i * ldc;
+    memcpy (row, &c0[i], sizeof c0[i]);
+    memcpy (row + PSM_PACK_VL, &c1[i], sizeof c1[i]);
+    for (int j = 0; j < st->nc; j++)
+      d[j] = st->acc ? d[j] + row[j] : st->bias ? row[j] + st->bias[j] : row[j];
   }
 }
 
-void
-psm_packed_gemm (int M, int K, int n, const float *A, int lda, const float *Bp, float *C, int ldc)
+/* M rows of A against the panels holding columns [0, n), stored as st says
+ * (st->nc is set per panel). */
+static void
+packed_gemm (int M, int K, int n, const float *A, int lda, const float *Bp, float *C, int ldc, Store st, gboolean pad)
 {
   int panels = psm_pack_panels (n);
+  const float *bias = st.bias;
   for (int p = 0; p < panels; p++) {
     const float *bp = Bp + (size_t) p * K * PSM_PACK_NR;
     float *cp = C + p * PSM_PACK_NR;
+    st.nc = pad ? PSM_PACK_NR : MIN (PSM_PACK_NR, n - p * PSM_PACK_NR);
+    st.bias = bias ? bias + p * PSM_PACK_NR : NULL;
     int i = 0;
     for (; i + MR <= M; i += MR)
-      kernel (MR, K, A + (size_t) i * lda, lda, bp, cp + (size_t) i * ldc, ldc);
+      kernel (MR, K, A + (size_t) i * lda, lda, bp, cp + (size_t) i * ldc, ldc, &st);
     switch (M - i) {
-#define TAIL(r) case r: kernel (r, K, A + (size_t) i * lda, lda, bp, cp + (size_t) i * ldc, ldc); break;
+#define TAIL(r) case r: kernel (r, K, A + (size_t) i * lda, lda, bp, cp + (size_t) i * ldc, ldc, &st); break;
       TAIL (1) TAIL (2) TAIL (3) TAIL (4) TAIL (5)
 #if MR == 8
       TAIL (6) TAIL (7)
@@ -102,6 +141,19 @@ psm_packed_gemm (int M, int K, int n, const float *A, int lda, const float *Bp, 
       break;
     }
   }
+}
+
+void
+psm_packed_gemm (int M, int K, int n, const float *A, int lda, const float *Bp, float *C, int ldc)
+{
+  packed_gemm (M, K, n, A, lda, Bp, C, ldc, (Store) { PSM_PACK_NR, NULL, FALSE }, TRUE);
+}
+
+void
+psm_packed_gemm_store (int M, int K, int n, const float *A, int lda, const float *Bp, float *C, int ldc,
+                       const float *bias, gboolean acc)
+{
+  packed_gemm (M, K, n, A, lda, Bp, C, ldc, (Store) { PSM_PACK_NR, bias, acc }, FALSE);
 }
 
 /* ---- helpers of the whole-sequence recurrences (gru.c, lstm.c) ---- */
