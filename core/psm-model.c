@@ -354,7 +354,11 @@ static gboolean
 stream_state_parse (PsmModel *m, GBytes *state, StreamState *st, GError **error)
 {
   gsize len = 0;
-  const guint8 *p = g_bytes_get_data (state, &len), *end = p + len;
+  const guint8 *p = g_bytes_get_data (state, &len);   /* NULL when empty */
+  static const guint8 none[1];
+  if (!p)
+    p = none;
+  const guint8 *end = p + len;
 #define NEED(n) ((size_t) (end - p) >= (size_t) (n))
 #define BAD_STATE(...)                                                                 \
   do {                                                                                 \

@@ -3,7 +3,8 @@
  * plugins' data readers (CNN/DailyMail jsonl and .source/.target, the
  * headline task's article/title files, PTB/WikiText, the NMT lexicon TSV),
  * and what the tools read: psm-run view's decoded records and psm-run
- * serve's request bodies.
+ * serve's request bodies; and a language model's training-stream state
+ * (read from a checkpoint, merged from MPI ranks).
  *
  * Each target takes one input, writes it where the reader expects a file,
  * reads it, and on success exercises what was read (examples counted,
@@ -23,6 +24,7 @@
 #include <psm/psm.h>
 #include "psm/psm-pipeline.h"
 #include "psm-config-private.h"
+#include "psm-private.h"
 #include "psm-fuzz.h"
 #include "psm-tools.h"
 
@@ -155,6 +157,96 @@ psm_fuzz_write_checkpoint_seed (const char *path)
     fprintf (stderr, "%s\n", e->message);
     exit (1);
   }
+}
+
+/* --- a language model's training-stream state (in a checkpoint: where
+ * the task stood, the encoder state carried into the next segment, the
+ * pointer head's window), restored for one process and merged from MPI
+ * ranks' --- */
+
+static PsmPipeline *ss_pl;
+static PsmModel *ss_model;
+
+/* A tiny LSTM LM with the pointer sentinel (2 streams, window 4). */
+static PsmModel *
+stream_model (void)
+{
+  if (ss_model)
+    return ss_model;
+  const char *text = "a b c a b\nc a b c a\nb b a c\n";
+  char *tr = put ("streams.txt", text, strlen (text)), *run = path_of ("run");
+  char *cfg = g_strdup_printf ("task = { plugin = \"lm\"; train = \"%s\"; valid = \"%s\"; test = \"%s\"; "
+                               "bptt = 3; };\nmodel = { embedding = { dim = 4; }; encoder = { plugin = \"lstm_lm\"; "
+                               "hidden = 3; layers = 2; }; head = { plugin = \"pointer_sentinel\"; window = 4; }; };\n"
+                               "train = { batch = 2; };\nrun = { dir = \"%s\"; };\n", tr, tr, tr, run);
+  char *p = put ("streams.cfg", cfg, strlen (cfg));
+  GError *e = NULL;
+  ss_pl = psm_pipeline_load (p, NULL, &e);
+  ss_model = ss_pl ? psm_model_new (ss_pl, FALSE, &e) : NULL;
+  if (!ss_model) {
+    fprintf (stderr, "psm-fuzz: %s\n", e ? e->message : "no model");
+    abort ();
+  }
+  g_free (tr);
+  g_free (run);
+  g_free (cfg);
+  g_free (p);
+  return ss_model;
+}
+
+static int
+psm_fuzz_stream_state (const uint8_t *d, size_t n)
+{
+  PsmModel *m = stream_model ();
+  GBytes *b = g_bytes_new (d, n);
+  GError *e = NULL;
+  for (int B = 1; B <= 2; B++)
+    if (!psm_model_restore_stream_state (m, b, B, &e))
+      g_clear_error (&e);
+  if (!psm_model_restore_stream_rows (m, b, 2, 1, 1, &e))
+    g_clear_error (&e);
+  GPtrArray *parts = g_ptr_array_new ();
+  g_ptr_array_add (parts, b);
+  g_ptr_array_add (parts, b);
+  GBytes *merged = psm_model_stream_state_merge (m, parts, &e);
+  g_clear_error (&e);
+  if (merged) {   /* two ranks' rows: a state of twice the streams */
+    gsize len;
+    const guint8 *q = g_bytes_get_data (merged, &len);
+    gint32 rows;
+    memcpy (&rows, q + 16, 4);
+    if (rows > 0 && rows <= 4096 && !psm_model_restore_stream_state (m, merged, rows, &e))
+      g_clear_error (&e);
+    g_bytes_unref (merged);
+  }
+  g_ptr_array_unref (parts);
+  g_bytes_unref (b);
+  return 0;
+}
+
+void
+psm_fuzz_write_stream_state_seed (const char *path)
+{
+  PsmModel *m = stream_model ();
+  PsmRng rng;
+  psm_rng_seed (&rng, 5);
+  GError *e = NULL;
+  if (!psm_model_train_batch (m, 2, &rng, &e)) {
+    fprintf (stderr, "psm-fuzz: %s\n", e->message);
+    exit (1);
+  }
+  PsmGraph *g = psm_graph_new ();
+  psm_graph_set_grad (g, FALSE);
+  psm_model_loss (m, g, psm_model_batch (m));
+  psm_graph_free (g);
+  GBytes *st = psm_model_stream_state (m);
+  gsize len;
+  const void *data = g_bytes_get_data (st, &len);
+  if (!g_file_set_contents (path, data, (gssize) len, &e)) {
+    fprintf (stderr, "psm-fuzz: %s\n", e->message);
+    exit (1);
+  }
+  g_bytes_unref (st);
 }
 
 /* --- tasks --- */
@@ -356,5 +448,6 @@ const PsmFuzzTarget psm_fuzz_targets[] = {
   { "nmt_lexicon", psm_fuzz_nmt_lexicon },
   { "view_record", psm_fuzz_view_record },
   { "serve_request", psm_fuzz_serve_request },
+  { "stream_state", psm_fuzz_stream_state },
   { NULL, NULL }
 };

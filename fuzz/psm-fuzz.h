@@ -12,4 +12,6 @@ typedef struct {
 extern const PsmFuzzTarget psm_fuzz_targets[];   /* NULL-name ended */
 /* A valid checkpoint of the checkpoint target's model (a seed). */
 void psm_fuzz_write_checkpoint_seed (const char *path);
+/* A valid training-stream state of the stream_state target's model (a seed). */
+void psm_fuzz_write_stream_state_seed (const char *path);
 #endif

@@ -3,7 +3,8 @@
  * found new paths with, kept as regression inputs. Under make check (and
  * its sanitizer build) a crash or a sanitizer report fails it.
  *   fuzz-replay [CORPUS_DIR]             (default $top_srcdir/fuzz/corpus)
- *   fuzz-replay --checkpoint-seed PATH   writes a valid checkpoint seed */
+ *   fuzz-replay --checkpoint-seed PATH   writes a valid checkpoint seed
+ *   fuzz-replay --stream-state-seed PATH writes a valid training-stream state */
 #include "config.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,10 @@ main (int argc, char **argv)
 {
   if (argc == 3 && strcmp (argv[1], "--checkpoint-seed") == 0) {
     psm_fuzz_write_checkpoint_seed (argv[2]);
+    return 0;
+  }
+  if (argc == 3 && strcmp (argv[1], "--stream-state-seed") == 0) {
+    psm_fuzz_write_stream_state_seed (argv[2]);
     return 0;
   }
   if (!g_getenv ("PSM_PLUGIN_PATH") && g_getenv ("top_builddir")) {
