@@ -56,6 +56,9 @@ expect 1 "a malformed record: file, line and what is wrong" "bad.jsonl:2: \"p_ge
 [ ! -e "$tmp/bad.html" ] && ok "no page is written from bad input" || bad "no page is written from bad input"
 echo 'not json' > "$tmp/bad2.jsonl"
 expect 1 "a line that is not JSON" "bad2.jsonl:1: not JSON" -- "$run" view "$tmp/bad2.jsonl"
+# json-glib alone takes the first of two values (found by the view_record fuzzer)
+echo '{"tokens": ["a"], "source": ["b"], "reference": "a"}{}' > "$tmp/bad3.jsonl"
+expect 1 "a record with a second value after it" "bad3.jsonl:1: text after the record's closing brace" -- "$run" view "$tmp/bad3.jsonl"
 mkdir "$tmp/empty"
 expect 1 "a run never decoded with --json: what to do" "decode with --json first" -- "$run" view "$tmp/empty"
 expect 2 "view without a run" "expected one run folder or .jsonl file" -- "$run" view
