@@ -141,13 +141,13 @@ psm_beam_score_floor (double last, double logp)
   return nextafterf ((float) d, -INFINITY);
 }
 
-/* The first s in [from, S) with row[s] > floor (NaN never is), or S. */
+/* The first s in [from, S) with row[s] > bar (NaN never is), or S. */
 static int32_t
-next_above (const float *row, int32_t from, int32_t S, float floor)
+next_above (const float *row, int32_t from, int32_t S, float bar)
 {
   int32_t s = from;
 #ifdef __AVX512F__
-  __m512 f = _mm512_set1_ps (floor);
+  __m512 f = _mm512_set1_ps (bar);
   for (; s + 16 <= S; s += 16) {
     __mmask16 m = _mm512_cmp_ps_mask (_mm512_loadu_ps (row + s), f, _CMP_GT_OQ);
     if (m)
@@ -155,7 +155,7 @@ next_above (const float *row, int32_t from, int32_t S, float floor)
   }
 #endif
   for (; s < S; s++)
-    if (row[s] > floor)
+    if (row[s] > bar)
       return s;
   return S;
 }
@@ -196,8 +196,8 @@ psm_beam_search (const PsmBeamConfig *cfg, int B, const PsmBeamFns *f, PsmHyp *o
         if (!cur.alive[r])
           continue;
         const float *row = sc + (size_t) r * S;
-        float floor = k == cap && psm_beam_floor ? psm_beam_score_floor (top[cap - 1].v, cur.logp[r]) : -INFINITY;
-        for (int32_t s = next_above (row, 0, S, floor); s < S; s = next_above (row, s + 1, S, floor)) {
+        float bar = k == cap && psm_beam_floor ? psm_beam_score_floor (top[cap - 1].v, cur.logp[r]) : -INFINITY;
+        for (int32_t s = next_above (row, 0, S, bar); s < S; s = next_above (row, s + 1, S, bar)) {
           if (!isfinite (row[s]))
             continue;
           Cand c = { cur.logp[r] + row[s], r, s };
@@ -212,7 +212,7 @@ psm_beam_search (const PsmBeamConfig *cfg, int B, const PsmBeamFns *f, PsmHyp *o
             continue;
           push_cand (top, &k, cap, c);
           if (k == cap && psm_beam_floor)
-            floor = psm_beam_score_floor (top[cap - 1].v, cur.logp[r]);
+            bar = psm_beam_score_floor (top[cap - 1].v, cur.logp[r]);
         }
       }
       int filled = 0;
