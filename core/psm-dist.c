@@ -196,6 +196,65 @@ psm_dist_reduce_update (PsmParams *p, double share, double *loss, double *extra,
     extra[i] = red[1 + i];
 }
 
+/* Where the ranks run, on rank 0 (NULL elsewhere and on one rank): "2 MPI
+ * ranks on 2 hosts: hostA (rank 0), hostB (rank 1)", ranks grouped by host
+ * as MPI_Get_processor_name names it. Collective: every rank calls it. */
+char *
+psm_dist_hosts (void)
+{
+  if (dist_size < 2)
+    return NULL;
+  char name[256] = "";
+#ifdef HAVE_MPI
+  int len = 0;
+  char buf[MPI_MAX_PROCESSOR_NAME];
+  if (MPI_Get_processor_name (buf, &len) == MPI_SUCCESS)
+    g_strlcpy (name, buf, sizeof name);
+#endif
+  GBytes *mine = g_bytes_new (name, strlen (name));
+  GPtrArray *all = psm_dist_gather_bytes (mine);
+  g_bytes_unref (mine);
+  if (!all)
+    return NULL;
+  /* hosts in order of their first rank, each with its ranks */
+  GPtrArray *hosts = g_ptr_array_new_with_free_func (g_free);
+  GPtrArray *ranks = g_ptr_array_new_with_free_func ((GDestroyNotify) g_array_unref);
+  for (guint r = 0; r < all->len; r++) {
+    gsize n;
+    const char *p = g_bytes_get_data (all->pdata[r], &n);
+    char *h = n ? g_strndup (p, n) : g_strdup ("?");
+    guint k = 0;
+    while (k < hosts->len && strcmp (hosts->pdata[k], h) != 0)
+      k++;
+    if (k == hosts->len) {
+      g_ptr_array_add (hosts, h);
+      g_ptr_array_add (ranks, g_array_new (FALSE, FALSE, sizeof (int)));
+    } else {
+      g_free (h);
+    }
+    int ri = (int) r;
+    g_array_append_val (ranks->pdata[k], ri);
+  }
+  GString *s = g_string_new (NULL);
+  g_string_printf (s, "%d MPI ranks on %u host%s:", dist_size, hosts->len, hosts->len == 1 ? "" : "s");
+  for (guint k = 0; k < hosts->len; k++) {
+    GArray *rk = ranks->pdata[k];
+    int first = g_array_index (rk, int, 0), last = g_array_index (rk, int, rk->len - 1);
+    g_string_append_printf (s, "%s %s (rank%s %d", k ? "," : "", (char *) hosts->pdata[k], rk->len > 1 ? "s" : "",
+                            first);
+    if (rk->len > 1 && last - first + 1 == (int) rk->len)
+      g_string_append_printf (s, "-%d", last);
+    else
+      for (guint i = 1; i < rk->len; i++)
+        g_string_append_printf (s, " %d", g_array_index (rk, int, i));
+    g_string_append_c (s, ')');
+  }
+  g_ptr_array_unref (hosts);
+  g_ptr_array_unref (ranks);
+  g_ptr_array_unref (all);
+  return g_string_free (s, FALSE);
+}
+
 double
 psm_dist_time (void)
 {

@@ -109,6 +109,9 @@ double psm_dist_time (void);
 /* Every rank's bytes on rank 0, in rank order (an array of GBytes); NULL
  * on the other ranks. One rank: an array of its own. */
 GPtrArray *psm_dist_gather_bytes (GBytes *mine);
+/* Rank 0: where the ranks run ("N MPI ranks on H hosts: name (ranks
+ * a-b), ..."), g_free; NULL on other ranks and on one. Collective. */
+char *psm_dist_hosts (void);
 /* Rank 0's bytes (or NULL) on every rank: a new reference. */
 GBytes *psm_dist_bcast_bytes (GBytes *b);
 /* One update's reduction over the ranks: the gradient and *loss weighted

@@ -723,6 +723,10 @@ psm_train (PsmModel *m, PsmTrainOptions *opt, GError **error)
   if (!opt->quiet)
     printf ("training %s: %ld steps of %d examples, %zu parameters, run folder %s\n",
             psm_pipeline_file (t->pl), t->steps, t->B, psm_params_size (t->params), t->dir);
+  char *hosts = psm_dist_hosts ();   /* collective: every rank */
+  if (hosts && !opt->quiet)
+    printf ("%s\n", hosts);
+  g_free (hosts);
   PsmGraph *g = psm_model_graph (m);
   PsmProfile *prof = opt->profile ? g_new0 (PsmProfile, 1) : NULL;
   psm_graph_set_profile (g, prof);
