@@ -45,7 +45,7 @@ if ! { ip netns add "$ns1" && ip netns add "$ns2" && ip link add "$v1" type veth
   skip "cannot make network namespaces here (ip netns add failed)"
 fi
 . "$top_srcdir/tests/tap.sh"
-check () { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
+. "$top_srcdir/tests/mpi-common.sh"
 mkdir -p "$tmp/host1" "$tmp/host2"
 # the launcher's view of the hosts: address -> namespace, hostname, TMPDIR
 cat > "$tmp/hosts.map" <<MAP
@@ -57,36 +57,11 @@ export PSM_TEST_HOSTS_MAP="$tmp/hosts.map" PSM_TEST_AGENT_LOG="$tmp/agent.log"
 # mpirun on host 1; the ranks on the hostfile's hosts, TCP through the veth
 hosts_mpi () {
   timeout 300 "$top_srcdir/tests/mpi-host-agent.sh" "$a1" \
-    env OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive PSM_PLUGIN_PATH="$PSM_PLUGIN_PATH" mpirun --hostfile "$tmp/hostfile" -np 2 --mca plm_rsh_agent "$top_srcdir/tests/mpi-host-agent.sh" \
+    env OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive PSM_PLUGIN_PATH="$PSM_PLUGIN_PATH" \
+    mpirun --hostfile "$tmp/hostfile" -np 2 --mca plm_rsh_agent "$top_srcdir/tests/mpi-host-agent.sh" \
     --mca btl tcp,self --mca btl_tcp_if_include "${net}0/24" --mca oob_tcp_if_include "${net}0/24" \
     -x OMP_NUM_THREADS -x OMP_WAIT_POLICY -x PSM_PLUGIN_PATH "$run" "$@"
 }
-records () { grep "\"split\": \"$2\"" "$tmp/$1/log.jsonl" | sed 's/.*"step": \([0-9]*\),.*"loss": \([^,]*\),.*/\1 \2/'; }
-maxrel () {
-  records "$1" "$3" > "$tmp/a.txt"
-  records "$2" "$3" > "$tmp/b.txt"
-  paste -d' ' "$tmp/a.txt" "$tmp/b.txt" | awk '
-    $1 != $3 || NF != 4 { bad = 1 }
-    { d = $2 - $4; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); if (r > m) m = r; k++ }
-    END { if (bad || k == 0) print "differ"; else printf "%.3g\n", m }'
-}
-close_to () {   # A B SPLIT LABEL
-  r=$(maxrel "$1" "$2" "$3")
-  check "$4 ($r <= 1e-4)" 'awk -v r="$r" "BEGIN { exit !(r != \"differ\" && r + 0 <= 1e-4) }"'
-}
-
-cat > "$tmp/s2s.cfg" <<CFG
-task = { plugin = "cnndm"; vocab = 300; max_src = 40; max_tgt = 12; max_train = 200; };
-model = { embedding = { dim = 16; };
-          encoder = { plugin = "bilstm"; hidden = 16; };
-          decoder = { plugin = "lstm_attn"; hidden = 16; coverage = true; };
-          head = { plugin = "pointer_generator"; cov_loss_wt = 1.0; }; };
-train = { batch = 8; steps = 16; eval_every = 5; log_every = 1; valid_examples = 24; clip_norm = 2.0;
-          optimizer = { name = "adagrad"; lr = 0.15; }; };
-eval = { batch = 4; examples = 8; };
-decode = { beam = 2; max_len = 12; };
-metrics = ( "rouge" );
-CFG
 
 "$run" --mode train "$tmp/s2s.cfg" --set "run.dir=$tmp/one" > "$tmp/out" 2>&1
 check "one process, batch 8" '[ $? -eq 0 ]'

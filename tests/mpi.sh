@@ -27,38 +27,7 @@ mpi () { np=$1; shift; timeout 300 mpirun -np "$np" --oversubscribe "$run" "$@";
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/psm-mpi-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 . "$top_srcdir/tests/tap.sh"
-check () { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
-# "step loss" of every train and valid record
-records () { grep "\"split\": \"$2\"" "$tmp/$1/log.jsonl" | sed 's/.*"step": \([0-9]*\),.*"loss": \([^,]*\),.*/\1 \2/'; }
-# the largest relative difference between two runs' losses (or "differ" if
-# their steps do not line up)
-maxrel () {
-  records "$1" "$3" > "$tmp/a.txt"
-  records "$2" "$3" > "$tmp/b.txt"
-  paste -d' ' "$tmp/a.txt" "$tmp/b.txt" | awk '
-    $1 != $3 || NF != 4 { bad = 1 }
-    { d = $2 - $4; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); if (r > m) m = r; k++ }
-    END { if (bad || k == 0) print "differ"; else printf "%.3g\n", m }'
-}
-# ok LABEL when runs A and B logged the same SPLIT losses at the same steps
-# to a relative 1e-4 (and the shell condition COND, if given, holds)
-close_to () {   # A B SPLIT LABEL [COND]
-  r=$(maxrel "$1" "$2" "$3")
-  check "$4 ($r <= 1e-4)" "${5:+$5 && }"'awk -v r="$r" "BEGIN { exit !(r != \"differ\" && r + 0 <= 1e-4) }"'
-}
-
-cat > "$tmp/s2s.cfg" <<CFG
-task = { plugin = "cnndm"; vocab = 300; max_src = 40; max_tgt = 12; max_train = 200; };
-model = { embedding = { dim = 16; };
-          encoder = { plugin = "bilstm"; hidden = 16; };
-          decoder = { plugin = "lstm_attn"; hidden = 16; coverage = true; };
-          head = { plugin = "pointer_generator"; cov_loss_wt = 1.0; }; };
-train = { batch = 8; steps = 16; eval_every = 5; log_every = 1; valid_examples = 24; clip_norm = 2.0;
-          optimizer = { name = "adagrad"; lr = 0.15; }; };
-eval = { batch = 4; examples = 8; };
-decode = { beam = 2; max_len = 12; };
-metrics = ( "rouge" );
-CFG
+. "$top_srcdir/tests/mpi-common.sh"
 
 "$run" --mode train "$tmp/s2s.cfg" --set "run.dir=$tmp/one" > "$tmp/out" 2>&1
 check "one process, batch 8" '[ $? -eq 0 ]'
