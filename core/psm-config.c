@@ -384,9 +384,16 @@ psm_config_apply_set (config_t *cfg, const char *assignment, GError **error)
   int n = (int) g_strv_length (parts);
   for (int i = 0; i < n; i++) {
     const char *name = parts[i];
-    if (!*name || !g_ascii_isalpha (name[0])) {
+    /* a libconfig name: a letter, then letters, digits, '_' and '-'.
+     * Anything else must not reach libconfig, whose lookups read ':' and
+     * '/' as path separators ("metrics:x" found the list metrics, which was
+     * then replaced by a setting libconfig refused to make: a crash found
+     * by the pipeline fuzzer). */
+    if (!*name || !g_ascii_isalpha (name[0]) || strspn (name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                            "0123456789_-") != strlen (name)) {
       g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID,
-                   "--set %s: malformed key \"%s\"", key, name);
+                   "--set %s: malformed key \"%s\" (expected a letter, then letters, digits, '_' or '-')", key,
+                   name);
       goto out;
     }
     config_setting_t *m = config_setting_get_member (cur, name);
@@ -407,11 +414,15 @@ psm_config_apply_set (config_t *cfg, const char *assignment, GError **error)
       config_setting_remove (cur, name);
       config_setting_t *l = config_setting_add (cur, name, type);
       char **items = g_strsplit (value, ",", -1);
-      for (char **it = items; *it; it++)
-        if (**it)
-          config_setting_set_string (config_setting_add (l, NULL, CONFIG_TYPE_STRING), *it);
+      ok = l != NULL;
+      for (char **it = items; ok && *it; it++)
+        if (**it) {
+          config_setting_t *e = config_setting_add (l, NULL, CONFIG_TYPE_STRING);
+          ok = e && config_setting_set_string (e, *it);
+        }
       g_strfreev (items);
-      ok = TRUE;
+      if (!ok)
+        g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID, "--set %s: cannot set this list", key);
       goto out;
     }
     if (m && config_setting_type (m) == CONFIG_TYPE_GROUP) {

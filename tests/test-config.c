@@ -154,6 +154,15 @@ START_TEST (test_set_errors)
   const char *s5[] = { "task.length.x=3", NULL };
   const char *n5[] = { "--set task.length.x: \"length\" is not a group", NULL };
   expect (good, s5, n5);
+  /* libconfig reads ':' and '/' in a name as a path: "metrics:x" found the
+   * list metrics (found by the pipeline fuzzer; it crashed) */
+  const char *s6[] = { "metrics: ( \"x\" )ta=i", NULL };
+  const char *n6[] = { "--set metrics: ( \"x\" )ta: malformed key \"metrics: ( \"x\" )ta\" (expected a letter, then "
+                       "letters, digits, '_' or '-')", NULL };
+  expect (good, s6, n6);
+  const char *s7[] = { "task.len/gth=3", NULL };
+  const char *n7[] = { "--set task.len/gth: malformed key \"len/gth\"", NULL };
+  expect (good, s7, n7);
 }
 END_TEST
 
