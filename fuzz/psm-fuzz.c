@@ -58,11 +58,16 @@ path_of (const char *name)
   return g_build_filename (dir, name, NULL);
 }
 
-/* Writes data to name in the folder; the path (g_free). */
+/* Writes data to name in the folder; the path (g_free). A new file each
+ * time: ext4 writes a file that was truncated and rewritten out to disk
+ * when it is closed (its replace-via-truncate heuristic), which made every
+ * execution wait for the disk (fuzz/run.sh also puts the folder on
+ * /dev/shm). */
 static char *
 put (const char *name, const void *data, size_t n)
 {
   char *p = path_of (name);
+  g_unlink (p);
   FILE *f = fopen (p, "wb");   /* (not g_file_set_contents: it syncs) */
   if (!f || (n && fwrite (data, 1, n, f) != n) || fclose (f) != 0)
     abort ();

@@ -2,6 +2,7 @@
 # Fuzzes psm's readers with libFuzzer (clang, Debian's clang + libclang-rt-dev)
 # under AddressSanitizer + UBSan, and keeps what it finds:
 #   sh fuzz/run.sh [SECONDS_PER_TARGET] [TARGET...]     (default 60 s, every target)
+#   FUZZ_RUNS=10000000 sh fuzz/run.sh 20000 ...   (also stop a target after that many executions)
 # Builds an instrumented psm (libpsm and the plugins) in _fuzz/ (again when
 # the sources change), runs
 # each target (fuzz/psm-fuzz.c) for the given time on one core per target,
@@ -10,6 +11,13 @@
 # (tests/fuzz-replay). Prints executions, speed, corpus and findings per
 # target; a crash, a hang (10 s an input) or a sanitizer report leaves the
 # input in _fuzz/TARGET/ and makes the script exit 1.
+# Leaks: libFuzzer checks for them after every input that allocated more
+# than it freed. libconfig 1.5 leaks its scanner's strings on every parse
+# error (fuzz/lsan.supp), so in the pipeline target nearly every input was
+# followed by a scan of the whole heap (13x slower). That target fuzzes
+# without the per-input check; its whole corpus, old and new inputs, is
+# then replayed with leak checks on, and a leak there fails the run as a
+# report during fuzzing would.
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 secs=${1:-60}
@@ -42,6 +50,9 @@ clang -O1 -g $san -fsanitize=fuzzer -I"$obj" -I"$top/core" -I"$top/fuzz" -I"$top
   -o "$build/psm-fuzz" "$obj/.libs/libpsm.so" -Wl,-rpath,"$obj/.libs" $(pkg-config --libs glib-2.0 libconfig json-glib-1.0) \
   || { echo "fuzz/run.sh: cannot link the fuzzer"; exit 2; }
 export PSM_PLUGIN_PATH="$obj/plugins/.libs"
+# the targets' files on a memory file system where there is one
+[ -z "${PSM_FUZZ_TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ] && PSM_FUZZ_TMPDIR=/dev/shm
+export TMPDIR="${PSM_FUZZ_TMPDIR:-${TMPDIR:-/tmp}}"
 export ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1
 export LSAN_OPTIONS=suppressions=$top/fuzz/lsan.supp
 cd "$top"   # pipelines name their data relative to the project root
@@ -51,13 +62,22 @@ status=0
 one () {
   t=$1
   mkdir -p "$build/$t/new" "$top/fuzz/corpus/$t"
-  PSM_FUZZ_TARGET=$t "$build/psm-fuzz" -max_total_time="$secs" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
-    -close_fd_mask=2 -print_final_stats=1 -artifact_prefix="$build/$t/" \
-    "$build/$t/new" "$top/fuzz/corpus/$t" > "$build/$t/log" 2>&1
+  leaks=1
+  [ "$t" = pipeline ] && leaks=0
+  PSM_FUZZ_TARGET=$t "$build/psm-fuzz" -max_total_time="$secs" ${FUZZ_RUNS:+-runs=$FUZZ_RUNS} -max_len=4096 \
+    -timeout=10 -rss_limit_mb=2048 -detect_leaks=$leaks -close_fd_mask=2 -print_final_stats=1 \
+    -artifact_prefix="$build/$t/" "$build/$t/new" "$top/fuzz/corpus/$t" > "$build/$t/log" 2>&1
   rc=$?
+  if [ $rc -eq 0 ] && [ $leaks -eq 0 ]; then   # every input once, leak checks on
+    PSM_FUZZ_TARGET=$t "$build/psm-fuzz" -runs=0 -detect_leaks=1 -max_len=4096 -timeout=10 -close_fd_mask=2 \
+      -artifact_prefix="$build/$t/" "$build/$t/new" "$top/fuzz/corpus/$t" > "$build/$t/leaks.log" 2>&1 || rc=1
+  fi
   runs=$(sed -n 's/^stat::number_of_executed_units: *\([0-9]*\).*/\1/p' "$build/$t/log" | tail -1)
   took=$(sed -n 's/^Done [0-9]* runs in \([0-9]*\) second.*/\1/p' "$build/$t/log" | tail -1)
-  [ -z "$took" ] && took=$secs
+  if [ -z "$took" ]; then   # stopped by a finding: the time from libFuzzer's own rate
+    rate=$(sed -n 's/^stat::average_exec_per_sec: *\([0-9]*\).*/\1/p' "$build/$t/log" | tail -1)
+    took=$(awk -v r="${runs:-0}" -v x="${rate:-0}" -v s="$secs" 'BEGIN { printf "%.0f", (x > 0 ? r / x : s) }')
+  fi
   # keep the inputs that reach new code
   PSM_FUZZ_TARGET=$t "$build/psm-fuzz" -merge=1 -max_len=4096 -close_fd_mask=2 "$top/fuzz/corpus/$t" "$build/$t/new" \
     > "$build/$t/merge.log" 2>&1
@@ -67,16 +87,23 @@ one () {
     "$(awk -v r="${runs:-0}" -v s="$took" 'BEGIN { printf "%.0f", (s > 0 ? r / s : 0) }')" "$kept" "$res"
   return $rc
 }
-# two targets at a time (one per core)
-set -- $targets
-while [ $# -gt 0 ]; do
-  one "$1" > "$build/$1.row" 2>&1 &
-  p1=$!
-  p2=""
-  if [ $# -gt 1 ]; then one "$2" > "$build/$2.row" 2>&1 & p2=$!; fi
-  wait $p1 || status=1
-  cat "$build/$1.row"
-  if [ -n "$p2" ]; then wait $p2 || status=1; cat "$build/$2.row"; shift; fi
-  shift
-done
+# two workers (one per core), each taking every other target in the order
+# given, a row printed as each target ends
+worker () {   # worker FIRST_INDEX: targets FIRST_INDEX, +2, ...
+  k=0 st=0
+  for t in $targets; do
+    if [ $((k % 2)) -eq "$1" ]; then
+      one "$t" > "$build/$t.row" 2>&1 || st=1
+      cat "$build/$t.row"
+    fi
+    k=$((k + 1))
+  done
+  return $st
+}
+worker 0 &
+w0=$!
+worker 1 &
+w1=$!
+wait $w0 || status=1
+wait $w1 || status=1
 exit $status
