@@ -20,6 +20,19 @@ close_to () {   # A B SPLIT LABEL [COND]
   r=$(maxrel "$1" "$2" "$3")
   check "$4 ($r <= 1e-4)" "${5:+$5 && }"'awk -v r="$r" "BEGIN { exit !(r != \"differ\" && r + 0 <= 1e-4) }"'
 }
+# rank_killed VICTIM MPID LABEL [COND]: SIGKILLs the rank process VICTIM
+# (empty: none was found, a failure) of the job whose mpirun is MPID, and
+# checks that the job fails within a minute, not by the tests' timeout,
+# (and COND), and that the run folder $tmp/die keeps a checkpoint
+rank_killed () {
+  [ -n "$1" ] && kill -KILL "$1"
+  start=$(date +%s)
+  wait "$2"
+  rc=$?
+  took=$(( $(date +%s) - start ))
+  check "$3 (exit $rc after ${took}s)" "[ -n \"$1\" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -lt 60 ]${4:+ && $4}"
+  check "and the run folder keeps a checkpoint to resume" '[ -s "$tmp/die/last.ckpt" ]'
+}
 # $tmp/s2s.cfg: See et al.'s model in miniature (coverage on), 16 updates
 # of batch 8, validation every 5
 cat > "$tmp/s2s.cfg" <<CFG

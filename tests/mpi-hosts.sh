@@ -92,13 +92,6 @@ for _ in $(seq 1 60); do
   done
   [ -n "$victim" ] && [ -s "$tmp/die/log.jsonl" ] && break
 done
-[ -n "$victim" ] && kill -KILL "$victim"
-start=$(date +%s)
-wait $mpid
-rc=$?
-took=$(( $(date +%s) - start ))
-check "the rank on host 2 killed with SIGKILL ends the job (exit $rc after ${took}s)" \
-  '[ -n "$victim" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -lt 60 ]'
-check "and host 1's run folder keeps a checkpoint to resume" '[ -s "$tmp/die/last.ckpt" ]'
+rank_killed "$victim" $mpid "the rank on host 2 killed with SIGKILL ends the job"
 
 finish

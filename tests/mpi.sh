@@ -144,13 +144,7 @@ victim=""
 for p in $(pgrep -f "run.dir=$tmp/die"); do
   [ "$(cat /proc/$p/comm 2>/dev/null)" = psm-run ] && victim=$p
 done
-[ -n "$victim" ] && kill -KILL "$victim"
-start=$(date +%s)
-wait $mpid
-rc=$?
-took=$(( $(date +%s) - start ))
-check "a rank killed with SIGKILL ends the job (exit $rc after ${took}s) with a message" \
-  '[ -n "$victim" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -lt 60 ] && grep -q -i "signal 9\|killed" "$tmp/out"'
-check "and the run folder keeps a checkpoint to resume" '[ -s "$tmp/die/last.ckpt" ]'
+rank_killed "$victim" $mpid "a rank killed with SIGKILL ends the job with a message" \
+  'grep -q -i "signal 9\|killed" "$tmp/out"'
 
 finish
