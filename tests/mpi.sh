@@ -33,6 +33,7 @@ trap 'rm -rf "$tmp"' EXIT
 check "one process, batch 8" '[ $? -eq 0 ]'
 mpi 2 --mode train "$tmp/s2s.cfg" --set "run.dir=$tmp/two" > "$tmp/out" 2>&1
 check "2 ranks, each a share of the same batches of 8" '[ $? -eq 0 ] && grep -q "2 MPI ranks: .* in the gradient allreduce" "$tmp/out"'
+check "rank 0 says where the ranks run" 'grep -q "^2 MPI ranks on 1 host: .* (ranks 0-1)$" "$tmp/out"'
 close_to one two train "2 ranks give the one-process losses at all 16 updates"
 close_to one two valid "and the same validation losses, the validation split over the ranks and summed"
 check "rank 0 alone wrote the run folder's log (one record per update)" \
