@@ -27,7 +27,8 @@ static const char *art_txt = "police arrest zorglub in paris .\npolice arrest ma
 static const char *tit_txt = "police arrest zorglub\npolice arrest man\npolice find blorg\nman sees qux\n";
 
 static void *
-make_task (const PsmTaskClass **k, const char *files, const char *extra, const char *run_dir, GError **e)
+make_task_mode (const PsmTaskClass **k, const char *files, const char *extra, const char *run_dir, gboolean eval_only,
+                GError **e)
 {
   const PsmPluginDesc *d = psm_test_plugin (PSM_KIND_TASK, "headline");
   *k = d->klass;
@@ -36,8 +37,14 @@ make_task (const PsmTaskClass **k, const char *files, const char *extra, const c
   const PsmSection *sec = psm_test_section (cfg, "task", d->params, &errs);
   ck_assert_msg (sec, "%s", errs);
   g_free (cfg);
-  PsmTaskCtx ctx = { sizeof ctx, 1, FALSE, run_dir, FALSE };
+  PsmTaskCtx ctx = { sizeof ctx, 1, FALSE, run_dir, eval_only };
   return (*k)->create (sec, &ctx, e);
+}
+
+static void *
+make_task (const PsmTaskClass **k, const char *files, const char *extra, const char *run_dir, GError **e)
+{
+  return make_task_mode (k, files, extra, run_dir, FALSE, e);
 }
 
 static char *
@@ -111,6 +118,29 @@ START_TEST (test_unk_pointers)
   ck_assert_str_eq (text (k, t, &b, 0, PSM_AT (b.src_ext, &b, 2, 0)), "zorglub");
   ck_assert_str_eq (text (k, t, &b, 0, PSM_AT (b.src_ext, &b, 5, 0)), ".");
   k->destroy (t);
+  /* evaluating or decoding a trained run: the training split is not read
+   * (this one would fail: its titles are a line short) */
+  g_free (write_file ("bad.article.txt", art_txt));
+  g_free (write_file ("bad.title.txt", "police arrest zorglub\n"));
+  char *files_e = g_strdup_printf ("train = \"%s/bad.article.txt\"; valid = \"%s/tr.article.txt\"; "
+                                   "test = \"%s/tr.article.txt\";", dir, dir, dir);
+  t = make_task_mode (&k, files_e, "min_count = 2; style = \"none\";", dir, TRUE, &e);
+  ck_assert_msg (t, "%s", e ? e->message : "");
+  k->info (t, &info);
+  ck_assert_int_eq (info.tgt_vocab, 7);
+  ck_assert_int_eq (k->n_examples (t, PSM_SPLIT_TRAIN), 0);
+  ck_assert_int_eq (k->n_examples (t, PSM_SPLIT_TEST), 4);
+  PsmRng rng;
+  psm_rng_seed (&rng, 1);
+  ck_assert (!k->train_batch (t, 2, &rng, &b, &e));
+  ck_assert_msg (strstr (e->message, "no training examples"), "%s", e->message);
+  g_clear_error (&e);
+  k->destroy (t);
+  /* training reads it, and the error names it */
+  ck_assert (!make_task (&k, files_e, "min_count = 2; style = \"none\";", dir, &e));
+  ck_assert_msg (strstr (e->message, "task.train: "), "%s", e->message);
+  g_clear_error (&e);
+  g_free (files_e);
   void *bad = make_task (&k, files, "min_count = 2; style = \"none\"; tgt_vocab = 6;", dir, &e);
   ck_assert (!bad);
   ck_assert_msg (strstr (e->message, "tgt_vocab.txt: holds 7 words, more than task.tgt_vocab 6"), "%s", e->message);

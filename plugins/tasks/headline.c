@@ -402,14 +402,17 @@ hl_create (const PsmSection *cfg, const PsmTaskCtx *ctx, GError **error)
   const char *names[3] = { "train", "valid", "test" };
   Pairs p[3] = { { 0 } };
   gboolean ok = TRUE;
-  for (int k = 0; k < 3 && ok; k++) {
+  /* evaluating or decoding a trained run: its vocabularies are in the run
+   * folder and the training split is not read at all */
+  gboolean eval_only = ctx->size >= G_STRUCT_OFFSET (PsmTaskCtx, eval_only) + sizeof (gboolean) && ctx->eval_only;
+  char *saved_path = ctx->run_dir ? g_build_filename (ctx->run_dir, "tgt_vocab.txt", NULL) : NULL;
+  gboolean saved = saved_path && g_file_test (saved_path, G_FILE_TEST_EXISTS);
+  g_free (saved_path);
+  for (int k = eval_only && saved ? 1 : 0; k < 3 && ok; k++) {
     ok = read_pairs (t, psm_section_string (cfg, names[k]), k == 0 ? max_train : ctx->check ? 8 : 0, &p[k], error);
     if (!ok && error && *error)
       g_prefix_error (error, "task.%s: ", names[k]);
   }
-  char *saved_path = ctx->run_dir ? g_build_filename (ctx->run_dir, "tgt_vocab.txt", NULL) : NULL;
-  gboolean saved = ok && saved_path && g_file_test (saved_path, G_FILE_TEST_EXISTS);
-  g_free (saved_path);
   if (ok && saved) {
     ok = load_vocab (t->sv, ctx->run_dir, "src_vocab.txt", Vs, "src_vocab", &t->Vs, error) &&
          load_vocab (t->tv, ctx->run_dir, "tgt_vocab.txt", Vt, "tgt_vocab", &t->Vt, error);
@@ -426,7 +429,8 @@ hl_create (const PsmSection *cfg, const PsmTaskCtx *ctx, GError **error)
   if (ok && ctx->check && t->lvt > 0)
     t->lvt = MIN (t->lvt, MAX (t->Vt / 2, N_SPECIAL + 1));   /* tiny vocabularies: still exercise it */
   for (int k = 0; k < 3 && ok; k++)
-    fill_split (t, &t->split[k], &p[k]);
+    if (p[k].src)   /* (eval_only: no training examples) */
+      fill_split (t, &t->split[k], &p[k]);
   for (int k = 0; k < 3; k++)
     pairs_free (&p[k]);
   if (ok) {
@@ -550,6 +554,10 @@ static gboolean
 hl_train_batch (void *self, int B, PsmRng *rng, PsmBatch *out, GError **error)
 {
   Headline *t = self;
+  if (t->split[0].n < 1) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "headline: no training examples were read");
+    return FALSE;
+  }
   int *idx = g_new (int, B);
   for (int i = 0; i < B; i++)
     idx[i] = (int) psm_rng_below (rng, (guint32) t->split[0].n);
