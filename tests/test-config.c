@@ -16,16 +16,15 @@ static const char *good =
   "train = { batch = 4; steps = 2; optimizer = { name = \"adam\"; lr = 0.01; }; };\n"   /* 7 */
   "metrics = ( \"error_rate\" );\n";                                                     /* 8 */
 
-static char *tmpdir;
-
+/* (in psm_test_dir (), which psm_test_run removes: each test runs in a
+ * child of its own, which left a folder of its own in /tmp every run) */
 static char *
 write_cfg (const char *text)
 {
-  if (!tmpdir)
-    tmpdir = g_dir_make_tmp ("psm-test-config-XXXXXX", NULL);
   static int k;
-  char *path = g_strdup_printf ("%s/p%d.cfg", tmpdir, k++);
-  ck_assert (g_file_set_contents (path, text, -1, NULL));
+  char *name = g_strdup_printf ("p%d.cfg", k++);
+  char *path = psm_test_write_file (name, text);
+  g_free (name);
   return path;
 }
 

@@ -10,15 +10,6 @@
 #include "psm-test.h"
 #include <psm/psm-pipeline.h>
 
-static char *dir;
-
-static char *
-write_file (const char *name, const char *text)
-{
-  char *p = g_build_filename (dir, name, NULL);
-  ck_assert (g_file_set_contents (p, text, -1, NULL));
-  return p;
-}
 
 static const char *train_jsonl =
   "{\"id\": \"a\", \"article\": \"the cat sat on the mat . the cat ran .\", \"highlights\": \"cat sat .\\ncat ran .\"}\n"
@@ -50,7 +41,7 @@ make_task (const PsmTaskClass **k, const char *cfg, const char *run_dir, GError 
 
 START_TEST (test_records_and_vocab)
 {
-  char *tr = write_file ("train.jsonl", train_jsonl);
+  char *tr = psm_test_write_file ("train.jsonl", train_jsonl);
   char *cfg = g_strdup_printf ("plugin = \"cnndm\"; train = \"%s\"; valid = \"%s\"; vocab = 12; max_src = 6; max_tgt = 3;",
                                tr, tr);
   const PsmTaskClass *k;
@@ -102,23 +93,23 @@ START_TEST (test_records_and_vocab)
     ck_assert_int_eq (PSM_AT (b.src_ext, &b, 2, 2), zebra);
   }
   /* save, then a task in that run folder reads the vocabulary back */
-  ck_assert (k->save (t, dir, NULL));
+  ck_assert (k->save (t, psm_test_dir (), NULL));
   char *vocab = NULL;
-  char *vocab_path = g_build_filename (dir, "vocab.txt", NULL);
+  char *vocab_path = g_build_filename (psm_test_dir (), "vocab.txt", NULL);
   ck_assert (g_file_get_contents (vocab_path, &vocab, NULL, NULL));
   ck_assert_msg (g_str_has_prefix (vocab, "<pad>\t0\n<unk>\t0\n<s>\t0\n</s>\t0\n.\t7\ncat\t6\nthe\t6\n"), "%s", vocab);
   g_free (vocab);
-  void *t2 = make_task (&k, cfg, dir, NULL);
+  void *t2 = make_task (&k, cfg, psm_test_dir (), NULL);
   PsmBatch b2;
   psm_batch_init (&b2);
   ck_assert (k->eval_batch (t2, PSM_SPLIT_TRAIN, 0, 3, &b2, NULL));
   ck_assert (memcmp (b.src_ext, b2.src_ext, sizeof (int32_t) * b.T * b.B) == 0);
   /* eval-only in the run folder: the training split is not read (here it
    * has no valid record), the vocabulary and the test examples are the same */
-  char *bad = write_file ("none.jsonl", "not json\n");
+  char *bad = psm_test_write_file ("none.jsonl", "not json\n");
   char *cfg_e = g_strdup_printf ("plugin = \"cnndm\"; train = \"%s\"; valid = \"%s\"; vocab = 12; "
                                  "max_src = 6; max_tgt = 3;", bad, tr);
-  void *t3 = make_task_mode (&k, cfg_e, dir, TRUE, &e);
+  void *t3 = make_task_mode (&k, cfg_e, psm_test_dir (), TRUE, &e);
   ck_assert_msg (t3, "%s", e ? e->message : "");
   ck_assert_int_eq (k->n_examples (t3, PSM_SPLIT_TRAIN), 0);
   ck_assert_int_eq (k->n_examples (t3, PSM_SPLIT_TEST), 3);
@@ -131,7 +122,7 @@ START_TEST (test_records_and_vocab)
   g_clear_error (&e);
   k->destroy (t3);
   /* without it training would need the file: the error names it */
-  ck_assert (make_task (&k, cfg_e, dir, &e) == NULL);
+  ck_assert (make_task (&k, cfg_e, psm_test_dir (), &e) == NULL);
   ck_assert_msg (strstr (e->message, "none.jsonl"), "%s", e->message);
   g_clear_error (&e);
   g_free (cfg_e);
@@ -145,7 +136,7 @@ START_TEST (test_records_and_vocab)
   k->destroy (t4);
   /* a run folder whose vocabulary has another size is refused */
   char *cfg2 = g_strdup_printf ("plugin = \"cnndm\"; train = \"%s\"; valid = \"%s\"; vocab = 10;", tr, tr);
-  ck_assert (make_task (&k, cfg2, dir, &e) == NULL);
+  ck_assert (make_task (&k, cfg2, psm_test_dir (), &e) == NULL);
   ck_assert_msg (strstr (e->message, "vocab.txt: holds 12 words, but task.vocab is 10"), "%s", e->message);
   g_clear_error (&e);
   g_unlink (vocab_path);
@@ -177,8 +168,8 @@ END_TEST
 
 START_TEST (test_bad_files)
 {
-  char *bad = write_file ("bad.jsonl", "{\"article\": \"x\"}\n[1, 2]\n{\"article\": \"\", \"highlights\": \"y\"}\n");
-  char *tr = write_file ("ok.jsonl", train_jsonl);
+  char *bad = psm_test_write_file ("bad.jsonl", "{\"article\": \"x\"}\n[1, 2]\n{\"article\": \"\", \"highlights\": \"y\"}\n");
+  char *tr = psm_test_write_file ("ok.jsonl", train_jsonl);
   char *cfg = g_strdup_printf ("plugin = \"cnndm\"; train = \"%s\"; valid = \"%s\"; vocab = 8;", tr, bad);
   const PsmTaskClass *k;
   GError *e = NULL;
@@ -188,14 +179,14 @@ START_TEST (test_bad_files)
                  "%s", e->message);
   g_clear_error (&e);
   /* .source/.target: line-aligned; a short .target is an error */
-  g_free (write_file ("x.source", "a b c\nd e f\n"));
-  g_free (write_file ("x.target", "a b\n"));
-  char *src = g_build_filename (dir, "x.source", NULL);
+  g_free (psm_test_write_file ("x.source", "a b c\nd e f\n"));
+  g_free (psm_test_write_file ("x.target", "a b\n"));
+  char *src = g_build_filename (psm_test_dir (), "x.source", NULL);
   char *cfg2 = g_strdup_printf ("plugin = \"cnndm\"; train = \"%s\"; valid = \"%s\"; vocab = 8;", tr, src);
   ck_assert (make_task (&k, cfg2, NULL, &e) == NULL);
   ck_assert_msg (strstr (e->message, "x.target: has fewer lines than"), "%s", e->message);
   g_clear_error (&e);
-  g_free (write_file ("x.target", "a b\nd d\n"));
+  g_free (psm_test_write_file ("x.target", "a b\nd d\n"));
   void *t = make_task (&k, cfg2, NULL, &e);
   ck_assert_msg (t, "%s", e ? e->message : "");
   ck_assert_int_eq (k->n_examples (t, PSM_SPLIT_VALID), 2);
@@ -212,16 +203,10 @@ int
 main (void)
 {
   psm_test_plugin_env ();
-  dir = g_dir_make_tmp ("psm-cnndm-XXXXXX", NULL);
   Suite *s = suite_create ("task-cnndm");
   TCase *tc = tcase_create ("cnndm");
   tcase_add_test (tc, test_records_and_vocab);
   tcase_add_test (tc, test_bad_files);
   suite_add_tcase (s, tc);
-  int rc = psm_test_run (s);
-  char *cmd = g_strdup_printf ("rm -rf '%s'", dir);
-  if (system (cmd) != 0)
-    rc = 1;
-  g_free (cmd);
-  return rc;
+  return psm_test_run (s);
 }

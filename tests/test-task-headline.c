@@ -10,15 +10,6 @@
 #include "psm-test.h"
 #include <psm/psm-pipeline.h>
 
-static char *dir;
-
-static char *
-write_file (const char *name, const char *text)
-{
-  char *p = g_build_filename (dir, name, NULL);
-  ck_assert (g_file_set_contents (p, text, -1, NULL));
-  return p;
-}
 
 /* source counts (min_count 2): . 4, police 3, arrest in man paris city 2
  * -> 4 special + 7 words; title counts: police 3, arrest 2, man 2 -> 7 */
@@ -50,7 +41,7 @@ make_task (const PsmTaskClass **k, const char *files, const char *extra, const c
 static char *
 split_files (const char *name)
 {
-  return g_strdup_printf ("train = \"%s/%s\"; valid = \"%s/%s\"; test = \"%s/%s\";", dir, name, dir, name, dir, name);
+  return g_strdup_printf ("train = \"%s/%s\"; valid = \"%s/%s\"; test = \"%s/%s\";", psm_test_dir (), name, psm_test_dir (), name, psm_test_dir (), name);
 }
 
 static const char *
@@ -61,8 +52,8 @@ text (const PsmTaskClass *k, void *t, PsmBatch *b, int ex, int32_t id)
 
 START_TEST (test_unk_pointers)
 {
-  g_free (write_file ("tr.article.txt", art_txt));
-  g_free (write_file ("tr.title.txt", tit_txt));
+  g_free (psm_test_write_file ("tr.article.txt", art_txt));
+  g_free (psm_test_write_file ("tr.title.txt", tit_txt));
   char *files = split_files ("tr.article.txt");
   const PsmTaskClass *k;
   GError *e = NULL;
@@ -105,9 +96,9 @@ START_TEST (test_unk_pointers)
   /* police: the same id in the source's extended ids as in the titles */
   ck_assert_int_eq (PSM_AT (b.src_ext, &b, 0, 0), PSM_AT (b.tgt, &b, 0, 0));
   /* save and reload the vocabularies */
-  ck_assert (k->save (t, dir, &e));
+  ck_assert (k->save (t, psm_test_dir (), &e));
   k->destroy (t);
-  t = make_task (&k, files, "min_count = 2; style = \"none\";", dir, &e);
+  t = make_task (&k, files, "min_count = 2; style = \"none\";", psm_test_dir (), &e);
   ck_assert_msg (t, "%s", e ? e->message : "");
   k->info (t, &info);
   ck_assert_int_eq (info.tgt_vocab, 7);
@@ -120,11 +111,11 @@ START_TEST (test_unk_pointers)
   k->destroy (t);
   /* evaluating or decoding a trained run: the training split is not read
    * (this one would fail: its titles are a line short) */
-  g_free (write_file ("bad.article.txt", art_txt));
-  g_free (write_file ("bad.title.txt", "police arrest zorglub\n"));
+  g_free (psm_test_write_file ("bad.article.txt", art_txt));
+  g_free (psm_test_write_file ("bad.title.txt", "police arrest zorglub\n"));
   char *files_e = g_strdup_printf ("train = \"%s/bad.article.txt\"; valid = \"%s/tr.article.txt\"; "
-                                   "test = \"%s/tr.article.txt\";", dir, dir, dir);
-  t = make_task_mode (&k, files_e, "min_count = 2; style = \"none\";", dir, TRUE, &e);
+                                   "test = \"%s/tr.article.txt\";", psm_test_dir (), psm_test_dir (), psm_test_dir ());
+  t = make_task_mode (&k, files_e, "min_count = 2; style = \"none\";", psm_test_dir (), TRUE, &e);
   ck_assert_msg (t, "%s", e ? e->message : "");
   k->info (t, &info);
   ck_assert_int_eq (info.tgt_vocab, 7);
@@ -137,15 +128,15 @@ START_TEST (test_unk_pointers)
   g_clear_error (&e);
   k->destroy (t);
   /* training reads it, and the error names it */
-  ck_assert (!make_task (&k, files_e, "min_count = 2; style = \"none\";", dir, &e));
+  ck_assert (!make_task (&k, files_e, "min_count = 2; style = \"none\";", psm_test_dir (), &e));
   ck_assert_msg (strstr (e->message, "task.train: "), "%s", e->message);
   g_clear_error (&e);
   g_free (files_e);
-  void *bad = make_task (&k, files, "min_count = 2; style = \"none\"; tgt_vocab = 6;", dir, &e);
+  void *bad = make_task (&k, files, "min_count = 2; style = \"none\"; tgt_vocab = 6;", psm_test_dir (), &e);
   ck_assert (!bad);
   ck_assert_msg (strstr (e->message, "tgt_vocab.txt: holds 7 words, more than task.tgt_vocab 6"), "%s", e->message);
   g_clear_error (&e);
-  char *v1 = g_build_filename (dir, "src_vocab.txt", NULL), *v2 = g_build_filename (dir, "tgt_vocab.txt", NULL);
+  char *v1 = g_build_filename (psm_test_dir (), "src_vocab.txt", NULL), *v2 = g_build_filename (psm_test_dir (), "tgt_vocab.txt", NULL);
   g_unlink (v1);
   g_unlink (v2);
   g_free (v1);
@@ -171,8 +162,8 @@ END_TEST
  * filled up with the most frequent words to lvt. */
 START_TEST (test_lvt)
 {
-  g_free (write_file ("tr.article.txt", art_txt));
-  g_free (write_file ("tr.title.txt", tit_txt));
+  g_free (psm_test_write_file ("tr.article.txt", art_txt));
+  g_free (psm_test_write_file ("tr.title.txt", tit_txt));
   char *files = split_files ("tr.article.txt");
   const PsmTaskClass *k;
   GError *e = NULL;
@@ -220,9 +211,9 @@ END_TEST
  * source holds points at it. */
 START_TEST (test_entities)
 {
-  g_free (write_file ("ne.article.txt", "barack|PERSON obama|PERSON met|O putin|PERSON in moscow|LOCATION .\n"
+  g_free (psm_test_write_file ("ne.article.txt", "barack|PERSON obama|PERSON met|O putin|PERSON in moscow|LOCATION .\n"
                                         "putin|PERSON visits paris|LOCATION .|O\n"));
-  g_free (write_file ("ne.title.txt", "obama|PERSON meets putin|PERSON\nputin|PERSON and obama|PERSON in paris|LOCATION\n"));
+  g_free (psm_test_write_file ("ne.title.txt", "obama|PERSON meets putin|PERSON\nputin|PERSON and obama|PERSON in paris|LOCATION\n"));
   char *files = split_files ("ne.article.txt");
   const PsmTaskClass *k;
   GError *e = NULL;
@@ -255,7 +246,7 @@ END_TEST
  * Gigaword style; the title file beside an article file; bad input. */
 START_TEST (test_input)
 {
-  g_free (write_file ("cn.jsonl",
+  g_free (psm_test_write_file ("cn.jsonl",
                       "{\"id\": \"a\", \"article\": \"( cnn ) the 2 men met in 1999 ! then more .\", "
                       "\"highlights\": \"two men met [ at last ] .\\nsecond line .\"}\n"
                       "{\"id\": \"b\", \"article\": \"no full stop here\", \"highlights\": \"a title\"}\n"
@@ -284,7 +275,7 @@ START_TEST (test_input)
   k->destroy (t);
   g_free (files);
   /* a split file whose titles cannot be found */
-  g_free (write_file ("plain.txt", "a b c\n"));
+  g_free (psm_test_write_file ("plain.txt", "a b c\n"));
   files = split_files ("plain.txt");
   ck_assert (!make_task (&k, files, "", NULL, &e));
   ck_assert_msg (strstr (e->message, "task.train: ") && strstr (e->message, "plain.txt: cannot tell where its titles are"),
@@ -292,22 +283,22 @@ START_TEST (test_input)
   g_clear_error (&e);
   g_free (files);
   /* a title file shorter than its article file */
-  g_free (write_file ("sh.article.txt", "a b\nc d\n"));
-  g_free (write_file ("sh.title.txt", "a\n"));
+  g_free (psm_test_write_file ("sh.article.txt", "a b\nc d\n"));
+  g_free (psm_test_write_file ("sh.title.txt", "a\n"));
   files = split_files ("sh.article.txt");
   ck_assert (!make_task (&k, files, "", NULL, &e));
   ck_assert_msg (strstr (e->message, "sh.title.txt: has fewer lines than "), "%s", e->message);
   g_clear_error (&e);
   g_free (files);
   /* a title file longer than its article file */
-  g_free (write_file ("sh.title.txt", "a\nb\nc\n"));
+  g_free (psm_test_write_file ("sh.title.txt", "a\nb\nc\n"));
   files = split_files ("sh.article.txt");
   ck_assert (!make_task (&k, files, "", NULL, &e));
   ck_assert_msg (strstr (e->message, "sh.title.txt: has more lines than "), "%s", e->message);
   g_clear_error (&e);
   g_free (files);
   /* no title word common enough */
-  g_free (write_file ("sh.title.txt", "a\nb\n"));
+  g_free (psm_test_write_file ("sh.title.txt", "a\nb\n"));
   files = split_files ("sh.article.txt");
   ck_assert (!make_task (&k, files, "", NULL, &e));
   ck_assert_msg (strstr (e->message, "no title word of the training split is seen 5 times or more"), "%s", e->message);
@@ -320,7 +311,6 @@ int
 main (void)
 {
   psm_test_plugin_env ();
-  dir = g_dir_make_tmp ("psm-headline-XXXXXX", NULL);
   Suite *s = suite_create ("task-headline");
   TCase *tc = tcase_create ("headline");
   tcase_add_test (tc, test_unk_pointers);
@@ -328,10 +318,5 @@ main (void)
   tcase_add_test (tc, test_entities);
   tcase_add_test (tc, test_input);
   suite_add_tcase (s, tc);
-  int rc = psm_test_run (s);
-  char *cmd = g_strdup_printf ("rm -rf '%s'", dir);
-  if (system (cmd) != 0)
-    rc = 1;
-  g_free (cmd);
-  return rc;
+  return psm_test_run (s);
 }

@@ -18,15 +18,6 @@
 #include "psm-test.h"
 #include <psm/psm-pipeline.h>
 
-static char *dir;
-
-static char *
-write_file (const char *name, const char *text)
-{
-  char *p = g_build_filename (dir, name, NULL);
-  ck_assert (g_file_set_contents (p, text, -1, NULL));
-  return p;
-}
 
 static void *
 make_task (const PsmTaskClass **k, const char *cfg, const char *run_dir, GError **e)
@@ -45,8 +36,8 @@ static const char *train_txt = "a b c b <unk>\n\nb a c b a\n";
 
 START_TEST (test_vocab_and_streams)
 {
-  char *tr = write_file ("train.txt", train_txt);
-  char *va = write_file ("valid.txt", "a b zebra\nc\n");
+  char *tr = psm_test_write_file ("train.txt", train_txt);
+  char *va = psm_test_write_file ("valid.txt", "a b zebra\nc\n");
   char *cfg = g_strdup_printf ("plugin = \"lm\"; train = \"%s\"; valid = \"%s\"; test = \"%s\"; bptt = 3;", tr, va,
                                va);
   const PsmTaskClass *k;
@@ -112,13 +103,13 @@ START_TEST (test_vocab_and_streams)
     ck_assert_int_eq (seen[4], 1);   /* zebra as <unk> */
   }
   /* save and read back the vocabulary */
-  ck_assert (k->save (t, dir, NULL));
-  void *t2 = make_task (&k, cfg, dir, &e);
+  ck_assert (k->save (t, psm_test_dir (), NULL));
+  void *t2 = make_task (&k, cfg, psm_test_dir (), &e);
   ck_assert_msg (t2, "%s", e ? e->message : "");
   for (int i = 0; i < 5; i++)
     ck_assert_str_eq (k->token_text (t2, &b, 0, i), order[i]);
   k->destroy (t2);
-  char *vp = g_build_filename (dir, "vocab.txt", NULL);
+  char *vp = g_build_filename (psm_test_dir (), "vocab.txt", NULL);
   g_unlink (vp);
   g_free (vp);
   psm_batch_clear (&b);
@@ -131,7 +122,7 @@ END_TEST
 
 START_TEST (test_stride)
 {
-  char *tr = write_file ("train.txt", train_txt);
+  char *tr = psm_test_write_file ("train.txt", train_txt);
   const PsmTaskClass *k;
   GError *e = NULL;
   for (int stride = 1; stride <= 3; stride++) {
@@ -222,7 +213,7 @@ END_TEST
 static PsmModel *
 make_model (const char *cfg, PsmPipeline **pl)
 {
-  char *path = write_file ("model.cfg", cfg);
+  char *path = psm_test_write_file ("model.cfg", cfg);
   GError *e = NULL;
   *pl = psm_pipeline_load (path, NULL, &e);
   ck_assert_msg (*pl, "%s", e ? e->message : "");
@@ -255,14 +246,14 @@ START_TEST (test_stride_model)
   for (int i = 0; i < 119; i++)
     g_string_append_printf (text, "w%d%s", (i * 5 + i / 7) % 7, i % 9 == 8 ? "\n" : " ");
   g_string_append (text, "\n");
-  char *tr = write_file ("train.txt", text->str);
+  char *tr = psm_test_write_file ("train.txt", text->str);
   g_string_free (text, TRUE);
   const char *fmt = "task = { plugin = \"lm\"; train = \"%s\"; valid = \"%s\"; test = \"%s\"; bptt = %d; stride = %d; };\n"
                     "model = { embedding = { dim = 6; init_scale = 0.5; };\n"
                     "  encoder = { plugin = \"lstm_lm\"; hidden = 5; layers = 2; init_scale = 0.5; };\n"
                     "  head = { plugin = \"pointer_sentinel\"; window = 6; }; };\n"
                     "train = { batch = 2; seed = 3; };\nrun = { dir = \"%s/run\"; };\n";
-  char *ca = g_strdup_printf (fmt, tr, tr, tr, 4, 1, dir), *cb = g_strdup_printf (fmt, tr, tr, tr, 1, 0, dir);
+  char *ca = g_strdup_printf (fmt, tr, tr, tr, 4, 1, psm_test_dir ()), *cb = g_strdup_printf (fmt, tr, tr, tr, 1, 0, psm_test_dir ());
   PsmPipeline *pa, *pb;
   PsmModel *ma = make_model (ca, &pa), *mb = make_model (cb, &pb);
   PsmParams *qa = psm_model_params (ma), *qb = psm_model_params (mb);
@@ -298,8 +289,8 @@ START_TEST (test_bad_input)
   const PsmTaskClass *k;
   GError *e = NULL;
   /* no <unk> in the training words: an unknown word is an error at its line */
-  char *tr = write_file ("nounk.txt", "a b\nb a\n");
-  char *va = write_file ("v2.txt", "a\nb zebra a\n");
+  char *tr = psm_test_write_file ("nounk.txt", "a b\nb a\n");
+  char *va = psm_test_write_file ("v2.txt", "a\nb zebra a\n");
   char *cfg = g_strdup_printf ("plugin = \"lm\"; train = \"%s\"; valid = \"%s\"; test = \"%s\";", tr, va, tr);
   ck_assert (make_task (&k, cfg, NULL, &e) == NULL);
   ck_assert_msg (strstr (e->message, "task.valid: ") && strstr (e->message, "v2.txt:2: the word 'zebra'"), "%s",
@@ -307,7 +298,7 @@ START_TEST (test_bad_input)
   g_clear_error (&e);
   g_free (cfg);
   /* an empty training file */
-  char *empty = write_file ("empty.txt", "");
+  char *empty = psm_test_write_file ("empty.txt", "");
   cfg = g_strdup_printf ("plugin = \"lm\"; train = \"%s\"; valid = \"%s\"; test = \"%s\";", empty, tr, tr);
   ck_assert (make_task (&k, cfg, NULL, &e) == NULL);
   ck_assert_msg (strstr (e->message, "empty.txt: no words"), "%s", e->message);
@@ -359,7 +350,6 @@ int
 main (void)
 {
   psm_test_plugin_env ();
-  dir = g_dir_make_tmp ("psm-lm-XXXXXX", NULL);
   Suite *s = suite_create ("task-lm");
   TCase *tc = tcase_create ("lm");
   tcase_set_timeout (tc, 60);
@@ -369,10 +359,5 @@ main (void)
   tcase_add_test (tc, test_bad_input);
   tcase_add_test (tc, test_ptb_counts);
   suite_add_tcase (s, tc);
-  int rc = psm_test_run (s);
-  char *cmd = g_strdup_printf ("rm -rf '%s'", dir);
-  if (system (cmd) != 0)
-    rc = 1;
-  g_free (cmd);
-  return rc;
+  return psm_test_run (s);
 }

@@ -10,15 +10,6 @@
 #include "psm-test.h"
 #include <psm/psm-pipeline.h>
 
-static char *dir;
-
-static char *
-write_file (const char *name, const char *text)
-{
-  char *p = g_build_filename (dir, name, NULL);
-  ck_assert (g_file_set_contents (p, text, -1, NULL));
-  return p;
-}
 
 /* target words: le 3, chat 2, est 2, ici 2 -> shortlist <pad> <unk> <s>
  * </s> le chat est (ties in byte order) */
@@ -34,8 +25,8 @@ make_task (const PsmTaskClass **k, const char *extra, const char *run_dir, GErro
   *k = d->klass;
   /* shortlists of 8 and 7 words unless extra sets them */
   char *cfg = g_strdup_printf ("plugin = \"nmt\"; train = \"%s/tr\"; valid = \"%s/tr\"; test = \"%s/tr\"; "
-                               "lexicon = \"%s/lex.tsv\"; decode_lexicon = \"%s/dec.tsv\"; %s %s", dir, dir, dir, dir,
-                               dir, strstr (extra, "_vocab") ? "" : "src_vocab = 8; tgt_vocab = 7;", extra);
+                               "lexicon = \"%s/lex.tsv\"; decode_lexicon = \"%s/dec.tsv\"; %s %s", psm_test_dir (), psm_test_dir (), psm_test_dir (), psm_test_dir (),
+                               psm_test_dir (), strstr (extra, "_vocab") ? "" : "src_vocab = 8; tgt_vocab = 7;", extra);
   char *errs = NULL;
   const PsmSection *sec = psm_test_section (cfg, "task", d->params, &errs);
   ck_assert_msg (sec, "%s", errs);
@@ -47,10 +38,10 @@ make_task (const PsmTaskClass **k, const char *extra, const char *run_dir, GErro
 static void
 write_data (void)
 {
-  g_free (write_file ("tr.en", src_txt));
-  g_free (write_file ("tr.fr", tgt_txt));
-  g_free (write_file ("lex.tsv", lex_txt));
-  g_free (write_file ("dec.tsv", dec_txt));
+  g_free (psm_test_write_file ("tr.en", src_txt));
+  g_free (psm_test_write_file ("tr.fr", tgt_txt));
+  g_free (psm_test_write_file ("lex.tsv", lex_txt));
+  g_free (psm_test_write_file ("dec.tsv", dec_txt));
 }
 
 /* The text of word id of example b. */
@@ -112,16 +103,16 @@ START_TEST (test_rules)
   ck_assert_str_eq (sref, "the dog sees Paris");
   ck_assert_str_eq (tref, "le chien voit paris");
   /* save and reload the shortlists */
-  ck_assert (k->save (t, dir, &e));
+  ck_assert (k->save (t, psm_test_dir (), &e));
   k->destroy (t);
-  t = make_task (&k, "", dir, &e);
+  t = make_task (&k, "", psm_test_dir (), &e);
   ck_assert_msg (t, "%s", e ? e->message : "");
   k->destroy (t);
-  void *bad = make_task (&k, "src_vocab = 8; tgt_vocab = 9;", dir, &e);
+  void *bad = make_task (&k, "src_vocab = 8; tgt_vocab = 9;", psm_test_dir (), &e);
   ck_assert (!bad);
   ck_assert_msg (strstr (e->message, "tgt_vocab.txt: holds 7 words, but task.tgt_vocab is 9"), "%s", e->message);
   g_clear_error (&e);
-  char *v1 = g_build_filename (dir, "src_vocab.txt", NULL), *v2 = g_build_filename (dir, "tgt_vocab.txt", NULL);
+  char *v1 = g_build_filename (psm_test_dir (), "src_vocab.txt", NULL), *v2 = g_build_filename (psm_test_dir (), "tgt_vocab.txt", NULL);
   g_unlink (v1);
   g_unlink (v2);
   g_free (v1);
@@ -164,19 +155,19 @@ START_TEST (test_input)
   const PsmTaskClass *k;
   GError *e = NULL;
   /* not line-aligned */
-  g_free (write_file ("tr.fr", "le chat\n"));
+  g_free (psm_test_write_file ("tr.fr", "le chat\n"));
   ck_assert (!make_task (&k, "", NULL, &e));
   ck_assert_msg (strstr (e->message, "task.train: nmt: ") && strstr (e->message, "tr.en has 4 lines but ") &&
                  strstr (e->message, "tr.fr has 1: not line-aligned"), "%s", e->message);
   g_clear_error (&e);
   /* a missing file */
-  g_free (write_file ("tr.fr", tgt_txt));
+  g_free (psm_test_write_file ("tr.fr", tgt_txt));
   ck_assert (!make_task (&k, "target_lang = \"de\";", NULL, &e));
   ck_assert_msg (strstr (e->message, "tr.de (target sentences)"), "%s", e->message);
   g_clear_error (&e);
   /* an empty side is skipped; a long pair dropped from training only */
-  g_free (write_file ("tr.en", "the cat is here\n\nthe cat is here now and then\nthe cat\n"));
-  g_free (write_file ("tr.fr", "le chat est ici\nle chat\nle chat est ici\nle chat\n"));
+  g_free (psm_test_write_file ("tr.en", "the cat is here\n\nthe cat is here now and then\nthe cat\n"));
+  g_free (psm_test_write_file ("tr.fr", "le chat est ici\nle chat\nle chat est ici\nle chat\n"));
   void *t = make_task (&k, "max_len = 4; src_vocab = 6; tgt_vocab = 6;", NULL, &e);
   ck_assert_msg (t, "%s", e ? e->message : "");
   ck_assert_int_eq (k->n_examples (t, PSM_SPLIT_TRAIN), 2);
@@ -190,14 +181,14 @@ START_TEST (test_input)
   ck_assert_str_eq (s, "the cat is here now and then");   /* whole for the metrics */
   k->destroy (t);
   /* a malformed lexicon line */
-  g_free (write_file ("lex.tsv", "ici\there\nnotab\n"));
+  g_free (psm_test_write_file ("lex.tsv", "ici\there\nnotab\n"));
   ck_assert (!make_task (&k, "src_vocab = 6; tgt_vocab = 6;", NULL, &e));
   ck_assert_msg (strstr (e->message, "lex.tsv:2: not a lexicon line"), "%s", e->message);
   g_clear_error (&e);
   /* the simple tokeniser on raw text */
-  g_free (write_file ("lex.tsv", lex_txt));
-  g_free (write_file ("tr.en", "The Bird, eats.\n"));
-  g_free (write_file ("tr.fr", "L'Oiseau mange (du pain).\n"));
+  g_free (psm_test_write_file ("lex.tsv", lex_txt));
+  g_free (psm_test_write_file ("tr.en", "The Bird, eats.\n"));
+  g_free (psm_test_write_file ("tr.fr", "L'Oiseau mange (du pain).\n"));
   t = make_task (&k, "tokenize = \"simple\"; src_vocab = 5; tgt_vocab = 5;", NULL, &e);
   ck_assert_msg (t, "%s", e ? e->message : "");
   k->example_text (t, PSM_SPLIT_VALID, 0, &s, &r);
@@ -212,16 +203,10 @@ int
 main (void)
 {
   psm_test_plugin_env ();
-  dir = g_dir_make_tmp ("psm-nmt-XXXXXX", NULL);
   Suite *s = suite_create ("task-nmt");
   TCase *tc = tcase_create ("nmt");
   tcase_add_test (tc, test_rules);
   tcase_add_test (tc, test_input);
   suite_add_tcase (s, tc);
-  int rc = psm_test_run (s);
-  char *cmd = g_strdup_printf ("rm -rf '%s'", dir);
-  if (system (cmd) != 0)
-    rc = 1;
-  g_free (cmd);
-  return rc;
+  return psm_test_run (s);
 }
