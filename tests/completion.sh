@@ -12,7 +12,8 @@ cat > "$tmp/psm-run" <<SH
 PSM_PLUGIN_PATH="$top_builddir/plugins/.libs" exec "$top_builddir/tools/psm-run" "\$@"
 SH
 chmod +x "$tmp/psm-run"
-cd "$tmp" && exec bash -c '
+# (not exec: the trap removes $tmp when bash is done)
+cd "$tmp" && bash -c '
 . "$1"
 n=0 fails=0
 # complete "WORDS..." EXPECTED-WORD [ABSENT-WORD]: the last word is the one completed
@@ -48,3 +49,4 @@ check "./psm-run plot r" runs a.cfg
 echo "Checks: $n, Failures: $fails"
 [ "$fails" -eq 0 ]
 ' completion "$top_srcdir/tools/psm-run.bash"
+exit $?
