@@ -324,21 +324,32 @@ psm_fuzz_cnndm_jsonl (const uint8_t *d, size_t n)
   return 0;
 }
 
+/* Two files from one input (the first's text, then "\n%%\n" and the
+ * second's), named first and second, read by task plugin task from the
+ * section body cfg, in which each '@' stands for the first file's path. */
+static void
+run_task_on_pair (const uint8_t *d, size_t n, const char *first, const char *second, const char *task, const char *cfg)
+{
+  char *rest;
+  char *text = split_input (d, n, &rest);
+  char *p1 = put (first, text, strlen (text));
+  char *p2 = put (second, rest ? rest : "", rest ? strlen (rest) : 0);
+  char **parts = g_strsplit (cfg, "@", -1);
+  char *body = g_strjoinv (p1, parts);
+  run_task (task, body);
+  g_free (body);
+  g_strfreev (parts);
+  g_free (p1);
+  g_free (p2);
+  g_free (text);
+}
+
 /* .source, then "\n%%\n" and the .target */
 static int
 psm_fuzz_cnndm_lines (const uint8_t *d, size_t n)
 {
-  char *tgt;
-  char *src = split_input (d, n, &tgt);
-  char *ps = put ("train.source", src, strlen (src));
-  char *pt = put ("train.target", tgt ? tgt : "", tgt ? strlen (tgt) : 0);
-  char *cfg = g_strdup_printf ("plugin = \"cnndm\"; train = \"%s\"; valid = \"%s\"; vocab = 20; max_src = 8; "
-                               "max_tgt = 4;", ps, ps);
-  run_task ("cnndm", cfg);
-  g_free (cfg);
-  g_free (ps);
-  g_free (pt);
-  g_free (src);
+  run_task_on_pair (d, n, "train.source", "train.target", "cnndm",
+                    "plugin = \"cnndm\"; train = \"@\"; valid = \"@\"; vocab = 20; max_src = 8; max_tgt = 4;");
   return 0;
 }
 
@@ -346,18 +357,9 @@ psm_fuzz_cnndm_lines (const uint8_t *d, size_t n)
 static int
 psm_fuzz_headline (const uint8_t *d, size_t n)
 {
-  char *title;
-  char *art = split_input (d, n, &title);
-  char *pa = put ("train.article.txt", art, strlen (art));
-  char *pt = put ("train.title.txt", title ? title : "", title ? strlen (title) : 0);
-  char *cfg = g_strdup_printf ("plugin = \"headline\"; train = \"%s\"; valid = \"%s\"; test = \"%s\"; "
-                               "min_count = 1; src_vocab = 30; tgt_vocab = 20; max_src = 8; max_tgt = 4; "
-                               "sentences = 2;", pa, pa, pa);
-  run_task ("headline", cfg);
-  g_free (cfg);
-  g_free (pa);
-  g_free (pt);
-  g_free (art);
+  run_task_on_pair (d, n, "train.article.txt", "train.title.txt", "headline",
+                    "plugin = \"headline\"; train = \"@\"; valid = \"@\"; test = \"@\"; min_count = 1; "
+                    "src_vocab = 30; tgt_vocab = 20; max_src = 8; max_tgt = 4; sentences = 2;");
   return 0;
 }
 
