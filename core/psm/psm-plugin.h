@@ -73,10 +73,13 @@ typedef struct {
 
 typedef const PsmPluginDesc *(*PsmPluginEntry) (void);
 
+/* A field appended to a struct that starts with its size, or missing if
+ * the struct is older than the field (built for an older minor ABI). */
+#define PSM_STRUCT_FIELD(s, field, missing) \
+  ((s)->size >= G_STRUCT_OFFSET (__typeof__ (*(s)), field) + sizeof ((s)->field) ? (s)->field : (missing))
 /* Whether a class struct (starting with its size) has an appended hook: a
  * plugin built for an older minor ABI does not, and the hook counts as NULL. */
-#define PSM_CLASS_HOOK(klass, field) \
-  ((klass)->size >= G_STRUCT_OFFSET (__typeof__ (*(klass)), field) + sizeof ((klass)->field) ? (klass)->field : NULL)
+#define PSM_CLASS_HOOK(klass, field) PSM_STRUCT_FIELD (klass, field, NULL)
 
 #define PSM_PLUGIN(kind_, name_, desc_, params_, init_, klass_)                 \
   G_MODULE_EXPORT const PsmPluginDesc *psm_plugin_entry (void);                \

@@ -20,7 +20,8 @@ typedef struct {
   /* ABI 1.4: the run only evaluates or decodes (psm-run --mode eval or
    * decode): the training split need not be held. A task may skip reading
    * it when run_dir has what save() wrote, and then answer n_examples
-   * (PSM_SPLIT_TRAIN) with 0. Read it only if ctx->size covers it. */
+   * (PSM_SPLIT_TRAIN) with 0. Read it only if ctx->size covers it:
+ * PSM_STRUCT_FIELD (ctx, eval_only, FALSE). */
   gboolean eval_only;
 } PsmTaskCtx;
 

@@ -178,7 +178,7 @@ cn_create (const PsmSection *cfg, const PsmTaskCtx *ctx, GError **error)
   gboolean ok = TRUE;
   /* evaluating or decoding a trained run: its vocabulary is in the run
    * folder and the training split is not read at all */
-  gboolean eval_only = ctx->size >= G_STRUCT_OFFSET (PsmTaskCtx, eval_only) + sizeof (gboolean) && ctx->eval_only;
+  gboolean eval_only = PSM_STRUCT_FIELD (ctx, eval_only, FALSE);
   char *vpath = ctx->run_dir ? g_build_filename (ctx->run_dir, "vocab.txt", NULL) : NULL;
   gboolean saved_vocab = vpath && g_file_test (vpath, G_FILE_TEST_EXISTS);
   for (int k = 0; k < 3 && ok; k++) {

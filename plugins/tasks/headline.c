@@ -404,7 +404,7 @@ hl_create (const PsmSection *cfg, const PsmTaskCtx *ctx, GError **error)
   gboolean ok = TRUE;
   /* evaluating or decoding a trained run: its vocabularies are in the run
    * folder and the training split is not read at all */
-  gboolean eval_only = ctx->size >= G_STRUCT_OFFSET (PsmTaskCtx, eval_only) + sizeof (gboolean) && ctx->eval_only;
+  gboolean eval_only = PSM_STRUCT_FIELD (ctx, eval_only, FALSE);
   char *saved_path = ctx->run_dir ? g_build_filename (ctx->run_dir, "tgt_vocab.txt", NULL) : NULL;
   gboolean saved = saved_path && g_file_test (saved_path, G_FILE_TEST_EXISTS);
   g_free (saved_path);

@@ -185,7 +185,7 @@ lm_create (const PsmSection *cfg, const PsmTaskCtx *ctx, GError **error)
     t->bptt = bptt;
     max_train = max_train ? MIN (max_train, 3000) : 3000;
   }
-  gboolean eval_only = ctx->size >= G_STRUCT_OFFSET (PsmTaskCtx, eval_only) + sizeof (gboolean) && ctx->eval_only;
+  gboolean eval_only = PSM_STRUCT_FIELD (ctx, eval_only, FALSE);
   const char *names[3] = { "train", "valid", "test" };
   char *vpath = ctx->run_dir ? g_build_filename (ctx->run_dir, "vocab.txt", NULL) : NULL;
   gboolean ok;
