@@ -307,7 +307,11 @@ char *
 psm_tokenize_ptb (const char *text)
 {
   GString *out = g_string_new (NULL);
-  char *low = g_utf8_strdown (text, -1);
+  /* invalid UTF-8 made valid (U+FFFD) first: strdown steps by lead bytes,
+   * and one just before the end would step past it */
+  char *valid = g_utf8_validate (text, -1, NULL) ? NULL : g_utf8_make_valid (text, -1);
+  char *low = g_utf8_strdown (valid ? valid : text, -1);
+  g_free (valid);
   GString *w = g_string_new (NULL);
   g_string_truncate (out, 0);
 #define EMIT(str)                                                              \

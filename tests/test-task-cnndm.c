@@ -154,6 +154,11 @@ START_TEST (test_records_and_vocab)
     g_string_append_printf (s, "%s%s", i ? " " : "", k->token_text (t, &b2, 0, PSM_AT (b2.src_ext, &b2, i, 0)));
   ck_assert_str_eq (s->str, "obama 's dog does n't bark");   /* cut at max_src = 6 */
   ck_assert (PSM_AT (b2.src_mask, &b2, 0, 1) == 1.0f && PSM_AT (b2.src, &b2, 0, 1) == 1);
+  /* invalid UTF-8 (a character cut short at the end) is read as U+FFFD */
+  const char *cut[1] = { "Dog \xf0" };
+  ck_assert (k->text_batch (t, cut, 1, &b2, NULL));
+  ck_assert_int_eq (b2.T, 2);
+  ck_assert_str_eq (k->token_text (t, &b2, 0, PSM_AT (b2.src_ext, &b2, 1, 0)), "\xef\xbf\xbd");
   g_string_free (s, TRUE);
   psm_batch_clear (&b);
   psm_batch_clear (&b2);

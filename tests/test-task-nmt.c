@@ -8,6 +8,7 @@
 #include <string.h>
 #include <glib/gstdio.h>
 #include "psm-test.h"
+#include "psm-private.h"
 #include <psm/psm-pipeline.h>
 
 
@@ -61,12 +62,14 @@ START_TEST (test_rules)
   PsmTaskInfo info = { sizeof info };
   k->info (t, &info);
   ck_assert_int_eq (info.tgt_vocab, 7);
-  ck_assert_int_eq (info.ext_base, 7);
+  ck_assert_int_eq (info.ext_base, 8);   /* above the source's 8 words too */
   ck_assert_int_eq (info.unk_id, 1);
+  ck_assert_msg (psm_task_info_validate (&info, "nmt", &e), "%s", e ? e->message : "");   /* as psm-run checks it */
   PsmBatch b;
   psm_batch_init (&b);
   ck_assert_int_eq (k->n_examples (t, PSM_SPLIT_TRAIN), 4);
   ck_assert (k->eval_batch (t, PSM_SPLIT_TRAIN, 0, 4, &b, NULL));
+  ck_assert_msg (psm_batch_validate (&b, &info, 4, "nmt", &e), "%s", e ? e->message : "");
   ck_assert_int_eq (b.T, 4);
   ck_assert_int_eq (b.Ty, 5);   /* 4 words and </s> */
   /* per example and target position: switch and location expected */
@@ -94,7 +97,7 @@ START_TEST (test_rules)
   /* source words reach the output as themselves (per-batch ids) */
   ck_assert_str_eq (text (k, t, &b, 2, PSM_AT (b.src_ext, &b, 3, 2)), "Paris");
   ck_assert_str_eq (text (k, t, &b, 3, PSM_AT (b.src_ext, &b, 3, 3)), "zorglub");
-  ck_assert (PSM_AT (b.src_ext, &b, 0, 0) >= 7);
+  ck_assert (PSM_AT (b.src_ext, &b, 0, 0) >= 8);
   /* the source shortlist (8: 4 special + the, cat, is, here by count) */
   ck_assert_int_eq (PSM_AT (b.src, &b, 0, 0), 4);
   ck_assert_int_eq (PSM_AT (b.src, &b, 1, 2), 1);   /* dog: <unk> for the encoder */
@@ -194,6 +197,14 @@ START_TEST (test_input)
   k->example_text (t, PSM_SPLIT_VALID, 0, &s, &r);
   ck_assert_str_eq (s, "the bird , eats .");
   ck_assert_str_eq (r, "l' oiseau mange ( du pain ) .");
+  k->destroy (t);
+  /* invalid UTF-8 in the data (a character cut short at a line's end) is
+   * read as U+FFFD */
+  g_free (psm_test_write_file ("tr.en", "The Bird\xf0\n"));
+  t = make_task (&k, "tokenize = \"simple\"; src_vocab = 5; tgt_vocab = 5;", NULL, &e);
+  ck_assert_msg (t, "%s", e ? e->message : "");
+  k->example_text (t, PSM_SPLIT_VALID, 0, &s, &r);
+  ck_assert_str_eq (s, "the bird \xef\xbf\xbd");
   k->destroy (t);
   psm_batch_clear (&b);
 }

@@ -105,7 +105,12 @@ tokenize (const Nmt *t, const char *line)
 {
   if (!t->simple)
     return g_strsplit_set (line, " \t\r\n\f\v", -1);
-  char *low = g_utf8_strdown (line, -1);
+  /* Invalid UTF-8 (a truncated character, a byte file) is made valid first
+   * (U+FFFD): strdown and the loop below step by lead bytes, and a lead
+   * byte before the end would step past it. */
+  char *valid = g_utf8_validate (line, -1, NULL) ? NULL : g_utf8_make_valid (line, -1);
+  char *low = g_utf8_strdown (valid ? valid : line, -1);
+  g_free (valid);
   GString *s = g_string_new (NULL);
   for (const char *p = low; *p; p = g_utf8_next_char (p)) {
     gunichar c = g_utf8_get_char (p);
@@ -495,7 +500,7 @@ nmt_info (void *self, PsmTaskInfo *info)
   Nmt *t = self;
   info->src_vocab = t->Vs;
   info->tgt_vocab = t->Vt;
-  info->ext_base = t->Vt;
+  info->ext_base = MAX (t->Vs, t->Vt);   /* above both vocabularies, as the core requires */
   info->max_src_len = t->max_len;
   info->max_tgt_len = t->max_len + 1;
   info->bos_id = BOS;
@@ -513,7 +518,7 @@ fill_batch (Nmt *t, const Split *s, const int *idx, int B, PsmBatch *b)
     Ty = MAX (Ty, to[idx[i] + 1] - to[idx[i]] + 1);
   }
   psm_batch_reserve (b, B, T, Ty);
-  b->ext_base = t->Vt;
+  b->ext_base = MAX (t->Vs, t->Vt);
   const int32_t *src = (const int32_t *) s->src->data, *tgt = (const int32_t *) s->tgt->data;
   const int32_t *loc = (const int32_t *) s->loc->data;
   const float *sw = (const float *) s->sw->data;
