@@ -1,7 +1,8 @@
 /* psm-fuzz.c — fuzz targets for everything psm reads from outside: the
  * pipeline reader with --set overrides, the checkpoint reader, and the task
  * plugins' data readers (CNN/DailyMail jsonl and .source/.target, the
- * headline task's article/title files, PTB/WikiText, the NMT lexicon TSV),
+ * headline task's article/title files, PTB/WikiText, the NMT task's
+ * parallel text and lexicon TSV),
  * and what the tools read: psm-run view's decoded records and psm-run
  * serve's request bodies; and a language model's training-stream state
  * (read from a checkpoint, merged from MPI ranks).
@@ -256,8 +257,21 @@ psm_fuzz_write_stream_state_seed (const char *path)
 
 /* --- tasks --- */
 
+/* What psm-run would refuse from a task that accepted its files (its
+ * self-description, a batch) is a bug in the task: abort with the core's
+ * message. */
+static void
+must_hold (gboolean ok, GError *const *e)
+{
+  if (!ok) {
+    fprintf (stderr, "psm-fuzz: %s\n", *e ? (*e)->message : "?");
+    abort ();
+  }
+}
+
 /* Creates task plugin name from the section body cfg, and if it reads
- * its files, counts and draws a few batches of each split. */
+ * its files, counts and draws a few batches of each split, each checked
+ * as the core checks them. */
 static void
 run_task (const char *name, const char *cfg)
 {
@@ -287,20 +301,25 @@ run_task (const char *name, const char *cfg)
       memset (&info, 0, sizeof info);
       info.size = sizeof info;
       k->info (t, &info);
+      must_hold (psm_task_info_validate (&info, name, &e), &e);
       PsmBatch b;
       psm_batch_init (&b);
       PsmRng rng;
       psm_rng_seed (&rng, 3);
-      if (k->n_examples (t, PSM_SPLIT_TRAIN) > 0 || info.streams)
-        for (int i = 0; i < 3; i++)
-          if (!k->train_batch (t, 2, &rng, &b, &e)) {
-            g_clear_error (&e);
-            break;
-          }
+      for (int i = 0; i < 3 && (k->n_examples (t, PSM_SPLIT_TRAIN) > 0 || info.streams); i++) {
+        if (!k->train_batch (t, 2, &rng, &b, &e)) {
+          g_clear_error (&e);
+          break;
+        }
+        must_hold (psm_batch_validate (&b, &info, 2, name, &e), &e);
+      }
       for (int s = PSM_SPLIT_VALID; s <= PSM_SPLIT_TEST; s++) {
         long n = k->n_examples (t, (PsmSplit) s);
-        if ((n > 0 || info.streams) && !k->eval_batch (t, (PsmSplit) s, 0, (int) MIN (MAX (n, 1), 3), &b, &e))
-          g_clear_error (&e);
+        if (n <= 0 && !info.streams)
+          continue;
+        if (k->eval_batch (t, (PsmSplit) s, 0, (int) MIN (MAX (n, 1), 3), &b, &e))
+          must_hold (psm_batch_validate (&b, &info, 3, name, &e), &e);
+        g_clear_error (&e);
       }
       psm_batch_clear (&b);
       k->destroy (t);
@@ -375,24 +394,43 @@ psm_fuzz_lm (const uint8_t *d, size_t n)
   return 0;
 }
 
-/* the lexicon TSV, with a fixed small parallel corpus */
+/* The translation task with the simple tokeniser: the lexicon TSV, then
+ * optionally "\n%%\n", the source sentences, "\n%%\n" and the target
+ * sentences (every split's text); without them a fixed two-pair text. */
 static int
-psm_fuzz_nmt_lexicon (const uint8_t *d, size_t n)
+psm_fuzz_nmt (const uint8_t *d, size_t n)
 {
-  static char *prefix;
-  if (!prefix) {
-    const char *en = "the cat sat .\na dog ran .\n", *fr = "le chat assis .\nun chien courait .\n";
-    g_free (put ("par.en", en, strlen (en)));
-    g_free (put ("par.fr", fr, strlen (fr)));
+  char *par;
+  char *lex = split_input (d, n, &par);
+  char *prefix;
+  if (par) {
+    char *tgt = strstr (par, "\n%%\n");
+    if (tgt) {
+      *tgt = '\0';
+      tgt += 4;
+    }
+    g_free (put ("text.en", par, strlen (par)));
+    g_free (put ("text.fr", tgt ? tgt : "", tgt ? strlen (tgt) : 0));
+    prefix = path_of ("text");
+  } else {
+    static gboolean written;
+    if (!written) {
+      const char *en = "the cat sat .\na dog ran .\n", *fr = "le chat assis .\nun chien courait .\n";
+      g_free (put ("par.en", en, strlen (en)));
+      g_free (put ("par.fr", fr, strlen (fr)));
+      written = TRUE;
+    }
     prefix = path_of ("par");
   }
-  char *p = put ("lexicon.tsv", d, n);
+  char *p = put ("lexicon.tsv", lex, strlen (lex));
   char *cfg = g_strdup_printf ("plugin = \"nmt\"; train = \"%s\"; valid = \"%s\"; test = \"%s\"; src_vocab = 8; "
-                               "tgt_vocab = 8; lexicon = \"%s\"; translate = true; decode_lexicon = \"%s\";",
-                               prefix, prefix, prefix, p, p);
+                               "tgt_vocab = 7; tokenize = \"simple\"; lexicon = \"%s\"; translate = true; "
+                               "decode_lexicon = \"%s\";", prefix, prefix, prefix, p, p);
   run_task ("nmt", cfg);
   g_free (cfg);
   g_free (p);
+  g_free (prefix);
+  g_free (lex);
   return 0;
 }
 
@@ -452,7 +490,7 @@ const PsmFuzzTarget psm_fuzz_targets[] = {
   { "cnndm_lines", psm_fuzz_cnndm_lines },
   { "headline", psm_fuzz_headline },
   { "lm", psm_fuzz_lm },
-  { "nmt_lexicon", psm_fuzz_nmt_lexicon },
+  { "nmt", psm_fuzz_nmt },
   { "view_record", psm_fuzz_view_record },
   { "serve_request", psm_fuzz_serve_request },
   { "stream_state", psm_fuzz_stream_state },
