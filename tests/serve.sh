@@ -53,6 +53,9 @@ echo "$text" | "$run" "$tmp/sum.cfg" --mode decode --input - --set decode.beam=3
   || { echo "    served: $served; psm-run: $(cat "$tmp/cli.txt")"; bad "the same summary as --mode decode --input"; }
 expect_status 400 "a body that is not JSON: 400" '"error": "the body is not JSON' '{"text": '
 expect_status 400 "a JSON array: 400" 'must be a JSON object' '["text"]'
+expect_status 400 "two JSON values: 400 (json-glib alone would take the first)" 'must be one JSON object' \
+  '{"text": "a b"} {"text": "c"}'
+expect_status 400 "a value before the object: 400" 'must be one JSON object' '1 {"text": "a b"}'
 expect_status 400 "an empty body: 400" '"error": "the body' ''
 expect_status 400 "no text: 400" '\\"text\\" (a string) is required' '{"beam": 2}'
 expect_status 400 "an empty text: 400" 'is empty' '{"text": "   "}'

@@ -54,11 +54,16 @@ grep -q '</script><script>document.title' "$tmp/evil.html" && bad "</script> in 
 head -1 "$j" > "$tmp/bad.jsonl" && echo '{"tokens": ["a"], "source": ["b"], "p_gen": [0.5, 0.2]}' >> "$tmp/bad.jsonl"
 expect 1 "a malformed record: file, line and what is wrong" "bad.jsonl:2: \"p_gen\" has 2 entries, expected 1" -- "$run" view "$tmp/bad.jsonl"
 [ ! -e "$tmp/bad.html" ] && ok "no page is written from bad input" || bad "no page is written from bad input"
-echo 'not json' > "$tmp/bad2.jsonl"
+echo '{"tokens": ["a"], "source": ' > "$tmp/bad2.jsonl"
 expect 1 "a line that is not JSON" "bad2.jsonl:1: not JSON" -- "$run" view "$tmp/bad2.jsonl"
-# json-glib alone takes the first of two values (found by the view_record fuzzer)
+echo 'not json' > "$tmp/bad2.jsonl"
+expect 1 "a line that is no object" "bad2.jsonl:1: not a JSON object" -- "$run" view "$tmp/bad2.jsonl"
+# json-glib alone takes the first of several values, and loses the others
+# (found by the view_record fuzzer and by valgrind on its corpus)
 echo '{"tokens": ["a"], "source": ["b"], "reference": "a"}{}' > "$tmp/bad3.jsonl"
 expect 1 "a record with a second value after it" "bad3.jsonl:1: text after the record's closing brace" -- "$run" view "$tmp/bad3.jsonl"
+echo '1 {"tokens": ["a"], "source": ["b"], "reference": "a"}' > "$tmp/bad3.jsonl"
+expect 1 "a record after another value" "bad3.jsonl:1: not a JSON object" -- "$run" view "$tmp/bad3.jsonl"
 mkdir "$tmp/empty"
 expect 1 "a run never decoded with --json: what to do" "decode with --json first" -- "$run" view "$tmp/empty"
 expect 2 "view without a run" "expected one run folder or .jsonl file" -- "$run" view
@@ -105,6 +110,8 @@ grep -q 'data-series="rouge1_f"' "$tmp/made.svg" && grep -c 'class="restart"' "$
 expect 1 "plot a folder without log.jsonl" "log.jsonl" -- "$run" plot "$tmp/empty"
 printf '{"step": 1, "split": "train", "loss": 2.0}\nnot json\n' > "$tmp/badlog.jsonl"
 expect 1 "plot a corrupt log: file and line" "badlog.jsonl:2: not a JSON object" -- "$run" plot "$tmp/badlog.jsonl" -o "$tmp/x.svg"
+printf '{"step": 1, "split": "train", "loss": 2.0}\n{"step": 2}{"step": 3, "split": "train", "loss": 1.0}\n' > "$tmp/badlog.jsonl"
+expect 1 "plot: two values on a line" "badlog.jsonl:2: not a JSON object" -- "$run" plot "$tmp/badlog.jsonl" -o "$tmp/x.svg"
 expect 2 "plot without runs" "expected one run folder or more" -- "$run" plot
 
 # a real browser

@@ -84,7 +84,8 @@ read_run (const char *dir, Run *r, GError **error)
     if (!*g_strstrip (lines[i]))
       continue;
     GError *e = NULL;
-    if (!json_parser_load_from_data (p, lines[i], -1, &e) || !JSON_NODE_HOLDS_OBJECT (json_parser_get_root (p))) {
+    if (!psm_json_one_value (lines[i], strlen (lines[i])) || !json_parser_load_from_data (p, lines[i], -1, &e) ||
+        !JSON_NODE_HOLDS_OBJECT (json_parser_get_root (p))) {
       g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA, "%s:%d: not a JSON object%s%s", path, i + 1,
                    e ? ": " : "", e ? e->message : "");
       g_clear_error (&e);

@@ -7,6 +7,58 @@
 #include <json-glib/json-glib.h>
 #include "psm-tools.h"
 
+#define BLANKS " \t\r\n"
+
+const char *
+psm_json_first_value_end (const char *text, gsize len)
+{
+  const char *c = text, *end = text + len;
+  while (c < end && *c && strchr (BLANKS, *c))
+    c++;
+  if (c == end || !*c)
+    return NULL;
+  if (*c == '{' || *c == '[') {
+    int depth = 0;
+    gboolean in_string = FALSE;
+    for (; c < end; c++) {
+      if (in_string) {
+        if (*c == '\\' && c + 1 < end)
+          c++;
+        else if (*c == '"')
+          in_string = FALSE;
+      } else if (*c == '"') {
+        in_string = TRUE;
+      } else if (*c == '{' || *c == '[') {
+        depth++;
+      } else if ((*c == '}' || *c == ']') && --depth == 0) {
+        return c + 1;
+      }
+    }
+    return NULL;
+  }
+  if (*c == '"') {
+    for (c++; c < end; c++) {
+      if (*c == '\\' && c + 1 < end)
+        c++;
+      else if (*c == '"')
+        return c + 1;
+    }
+    return NULL;
+  }
+  while (c < end && *c && !strchr (BLANKS "{}[]\",:", *c))
+    c++;
+  return c;
+}
+
+gboolean
+psm_json_one_value (const char *text, gsize len)
+{
+  const char *c = psm_json_first_value_end (text, len), *end = text + len;
+  while (c && c < end && *c && strchr (BLANKS, *c))
+    c++;
+  return !c || c == end || !*c;
+}
+
 /* An integer member within [lo, hi], or the default; FALSE with a message. */
 static gboolean
 int_member (JsonObject *o, const char *name, int lo, int hi, int *v, char **why)
@@ -37,7 +89,9 @@ psm_serve_parse_request (const char *body, gsize len, const PsmDecodeSettings *d
   *text = NULL;
   *ds = *defaults;
   JsonNode *root = NULL;
-  if (!json_parser_load_from_data (p, body, (gssize) len, &e)) {
+  if (!psm_json_one_value (body, len)) {
+    *why = g_strdup ("the body must be one JSON object: {\"text\": \"...\"}; text follows its first value");
+  } else if (!json_parser_load_from_data (p, body, (gssize) len, &e)) {
     *why = g_strdup_printf ("the body is not JSON: %s", e->message);
     g_error_free (e);
   } else if (!(root = json_parser_get_root (p)) || !JSON_NODE_HOLDS_OBJECT (root)) {

@@ -35,6 +35,17 @@ gboolean psm_rouge_scorer_score (PsmRougeScorer *r, const char *hyp, const char 
  * ", \"rouge\": {...}" added when it has a reference and r is not NULL,
  * the F1s accumulated into sum[3], *n. NULL with why if it is no record. */
 char *psm_view_record (const char *line, PsmRougeScorer *r, double sum[3], int *n, char **why);
+/* Past the first JSON value of text[0..len) (after blanks), by its
+ * lexical shape alone: an object or array to its matching bracket
+ * (strings and their escapes skipped), a string to its closing quote, a
+ * number or literal to its last character; NULL when the text is blank or
+ * ends inside that value. json-glib 1.6 reads every value of a text, keeps
+ * the first as the root and loses the others (a leak: "{...}{}" parses as
+ * its first object), so each reader below refuses a text with anything
+ * after its first value before json-glib sees it (psm_json_one_value). */
+const char *psm_json_first_value_end (const char *text, gsize len);
+/* FALSE if anything but blanks follows text's first JSON value. */
+gboolean psm_json_one_value (const char *text, gsize len);
 /* The body of POST /summarize: text (blank-free, one line) and the decode
  * settings (defaults where absent; beam <= max_beam, lengths <= max_len,
  * min_len <= max_len). FALSE with why (g_free) naming what is wrong. */

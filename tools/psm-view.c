@@ -176,34 +176,19 @@ check_array (JsonObject *o, const char *name, int n, GType type, gboolean requir
   return NULL;
 }
 
-/* Past the closing brace of the object line starts with (line holds JSON
- * that parsed: strings, escapes and nesting are well formed). */
-static const char *
-object_end (const char *line)
-{
-  int depth = 0;
-  gboolean in_string = FALSE;
-  for (const char *c = line; *c; c++) {
-    if (in_string) {
-      if (*c == '\\' && c[1])
-        c++;
-      else if (*c == '"')
-        in_string = FALSE;
-    } else if (*c == '"') {
-      in_string = TRUE;
-    } else if (*c == '{' || *c == '[') {
-      depth++;
-    } else if ((*c == '}' || *c == ']') && --depth == 0) {
-      return c + 1;
-    }
-  }
-  return NULL;
-}
-
 static JsonObject *
 parse_record (JsonParser *p, const char *line, char **why)
 {
   GError *e = NULL;
+  /* (json-glib would take "{...}{}" for its first value and lose the second) */
+  if (line[strspn (line, " \t\r\n")] != '{') {
+    *why = g_strdup ("not a JSON object");
+    return NULL;
+  }
+  if (!psm_json_one_value (line, strlen (line))) {
+    *why = g_strdup ("text after the record's closing brace");
+    return NULL;
+  }
   if (!json_parser_load_from_data (p, line, -1, &e)) {
     *why = g_strdup_printf ("not JSON: %s", e->message);
     g_error_free (e);
@@ -212,12 +197,6 @@ parse_record (JsonParser *p, const char *line, char **why)
   JsonNode *root = json_parser_get_root (p);
   if (!root || !JSON_NODE_HOLDS_OBJECT (root)) {
     *why = g_strdup ("not a JSON object");
-    return NULL;
-  }
-  /* json-glib reads the first of several values and ignores the rest */
-  const char *end = object_end (line + strspn (line, " \t\r\n"));
-  if (!end || end[strspn (end, " \t\r\n")] != '\0') {
-    *why = g_strdup ("text after the record's closing brace");
     return NULL;
   }
   JsonObject *o = json_node_get_object (root);
@@ -278,7 +257,7 @@ psm_view_record (const char *line, PsmRougeScorer *r, double sum[3], int *n, cha
     return NULL;
   }
   char *out = NULL;
-  const char *end = object_end (line + strspn (line, " \t\r\n")) - 1;   /* its closing brace */
+  const char *end = psm_json_first_value_end (line, strlen (line)) - 1;   /* its closing brace */
   if (r && json_object_has_member (o, "reference")) {
     char *hyp = join_strings (json_object_get_array_member (o, "tokens"), " ");
     char *src = join_strings (json_object_get_array_member (o, "source"), " ");
