@@ -306,7 +306,8 @@ run_task (const char *name, const char *cfg)
       psm_batch_init (&b);
       PsmRng rng;
       psm_rng_seed (&rng, 3);
-      for (int i = 0; i < 3 && (k->n_examples (t, PSM_SPLIT_TRAIN) > 0 || info.streams); i++) {
+      gboolean trains = k->n_examples (t, PSM_SPLIT_TRAIN) > 0 || info.streams;
+      for (int i = 0; i < 3 && trains; i++) {
         if (!k->train_batch (t, 2, &rng, &b, &e)) {
           g_clear_error (&e);
           break;

@@ -9,6 +9,20 @@
 
 #define BLANKS " \t\r\n"
 
+/* Past the closing quote of the string that opens at c (escapes skipped);
+ * NULL if it does not close before end. */
+static const char *
+string_end (const char *c, const char *end)
+{
+  for (c++; c < end; c++) {
+    if (*c == '\\' && c + 1 < end)
+      c++;
+    else if (*c == '"')
+      return c + 1;
+  }
+  return NULL;
+}
+
 const char *
 psm_json_first_value_end (const char *text, gsize len)
 {
@@ -17,31 +31,21 @@ psm_json_first_value_end (const char *text, gsize len)
     c++;
   if (c == end || !*c)
     return NULL;
+  if (*c == '"')
+    return string_end (c, end);
   if (*c == '{' || *c == '[') {
     int depth = 0;
-    gboolean in_string = FALSE;
-    for (; c < end; c++) {
-      if (in_string) {
-        if (*c == '\\' && c + 1 < end)
-          c++;
-        else if (*c == '"')
-          in_string = FALSE;
-      } else if (*c == '"') {
-        in_string = TRUE;
-      } else if (*c == '{' || *c == '[') {
-        depth++;
-      } else if ((*c == '}' || *c == ']') && --depth == 0) {
-        return c + 1;
+    while (c < end) {
+      if (*c == '"') {
+        if (!(c = string_end (c, end)))
+          return NULL;
+        continue;
       }
-    }
-    return NULL;
-  }
-  if (*c == '"') {
-    for (c++; c < end; c++) {
-      if (*c == '\\' && c + 1 < end)
-        c++;
-      else if (*c == '"')
+      if (*c == '{' || *c == '[')
+        depth++;
+      else if ((*c == '}' || *c == ']') && --depth == 0)
         return c + 1;
+      c++;
     }
     return NULL;
   }

@@ -194,12 +194,7 @@ parse_record (JsonParser *p, const char *line, char **why)
     g_error_free (e);
     return NULL;
   }
-  JsonNode *root = json_parser_get_root (p);
-  if (!root || !JSON_NODE_HOLDS_OBJECT (root)) {
-    *why = g_strdup ("not a JSON object");
-    return NULL;
-  }
-  JsonObject *o = json_node_get_object (root);
+  JsonObject *o = json_node_get_object (json_parser_get_root (p));   /* (an object: it starts with '{') */
   const char *bad = check_array (o, "tokens", -1, G_TYPE_STRING, TRUE);
   bad = bad ? bad : check_array (o, "source", -1, G_TYPE_STRING, TRUE);
   int nt = bad ? 0 : (int) json_array_get_length (json_object_get_array_member (o, "tokens"));
