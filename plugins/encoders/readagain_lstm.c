@@ -81,7 +81,7 @@ input_gate (PsmGraph *g, PsmTensor *xp2, PsmTensor *h2, PsmTensor *w, const PsmE
     for (int b = 0; b < B; b++)
       rows[(size_t) t * B + b] = t == 0 || (keep && keep[(size_t) t * B + b] == 0.0f) ? b : t * B + b;
   PsmTensor *prev = psm_tensor_reshape (g, psm_gather_rows (g, hz, rows, T * B), 3, seq);
-  PsmTensor *pre = psm_add (g, psm_slice (g, xp2, 0, H), psm_slice (g, psm_linear (g, prev, w, NULL), 0, H));
+  PsmTensor *pre = psm_add (g, psm_slice (g, xp2, 0, H), psm_linear (g, prev, psm_slice (g, w, 0, H), NULL));
   return psm_sigmoid (g, pre);
 }
 
