@@ -1,6 +1,7 @@
 /* psm-model.c — assembles task, embedding, encoder, (decoder,) head and
  * metrics from a validated pipeline; computes losses and evaluates splits. */
 #include "config.h"
+#include <errno.h>
 #include <math.h>
 #include <string.h>
 #include "psm-private.h"
@@ -29,6 +30,7 @@ struct PsmModel {
   int tgt_emb_id;              /* decoder inputs (== emb_id when tied) */
   PsmBeamConfig beam;
   int attn_top;
+  gboolean sort_decode;        /* decode.sort */
   PsmGraph *g;
   PsmGraph *gs;                /* decoding: one step at a time */
   PsmBatch batch;
@@ -193,6 +195,7 @@ psm_model_new (PsmPipeline *pl, gboolean check, GError **error)
     m->beam.no_unk = psm_section_bool (ds, "no_unk");
     m->beam.unk = m->info.unk_id;
     m->attn_top = (int) psm_section_int (ds, "attn_top");
+    m->sort_decode = psm_section_bool (ds, "sort");
     if (m->beam.min_len > m->beam.max_len) {
       g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID, "%s: %d is above decode.max_len (%d)",
                    psm_section_where (ds, "min_len"), m->beam.min_len, m->beam.max_len);
@@ -1001,7 +1004,7 @@ json_floats (GString *s, const float *v, int n, int stride)
  * importance where it has one, and the reference. */
 static void
 json_record (PsmModel *m, const PsmBatch *b, int bi, const PsmHyp *h, const Dec *d, const char *const *words,
-             const char *ref, GString *line, FILE *out)
+             const char *ref, GString *line)
 {
   int steps = d->n ? (int) (d->gate->len / d->n) : 0, T = b->T, vocab = PSM_BATCH_VOCAB (&d->bx, m->info.tgt_vocab);
   int *src_pos = g_new (int, T + 1);   /* batch position -> index among the real source tokens */
@@ -1080,13 +1083,178 @@ json_record (PsmModel *m, const PsmBatch *b, int bi, const PsmHyp *h, const Dec 
     json_string (line, ref);
   }
   g_string_append (line, "}");
-  fprintf (out, "%s\n", line->str);
   g_free (src_pos);
+}
+
+/* Decoding in order of source length (decode.sort): each output line goes
+ * to a scratch file as it comes, and the lines are copied out in the
+ * split's order at the end; without, straight to its file. Output k is 0
+ * the hypotheses, 1 the references, 2 the JSON records. */
+/* One decoded example's inputs to the metrics, kept to be scored in the
+ * split's order (ROUGE's bootstrap numbers the summaries in it): copies of
+ * what the batch owns; a text the task's example_text gives is NULL here
+ * and asked for again. */
+typedef struct {
+  gboolean set;
+  int hn, rn;
+  int32_t *hid, *rid;
+  char **hw, **rw;
+  char *hyp, *ref, *src;
+} ScoreRec;
+
+typedef struct {
+  FILE *tmp;                /* NULL: no output files */
+  gint64 *off;              /* [n, 3]: where example e's line k starts; -1: none */
+  int *len;
+  ScoreRec *score;          /* [n] */
+  long n;
+} Reorder;
+
+static const int OUT_HYP = 0, OUT_REF = 1, OUT_JSON = 2;
+
+static void
+emit_line (Reorder *r, int k, int ex, FILE *f, const GString *line)
+{
+  if (!r) {
+    fprintf (f, "%s\n", line->str);
+    return;
+  }
+  r->off[(size_t) ex * 3 + k] = ftello (r->tmp);
+  r->len[(size_t) ex * 3 + k] = (int) line->len;
+  fwrite (line->str, 1, line->len, r->tmp);
+}
+
+static char **
+strv_of (const PsmSeq *q)
+{
+  char **v = g_new (char *, q->len + 1);
+  for (int i = 0; i < q->len; i++)
+    v[i] = g_strdup (q->words[i]);
+  v[q->len] = NULL;
+  return v;
+}
+
+static void
+keep_scores (Reorder *r, int ex, const PsmSeq *hs, const PsmSeq *rs, const char *hyp, const char *ref,
+             const char *src)
+{
+  ScoreRec *c = &r->score[ex];
+  c->set = TRUE;
+  c->hn = hs->len;
+  c->rn = rs->len;
+  c->hid = g_memdup2 (hs->ids, (gsize) hs->len * sizeof (int32_t));
+  c->rid = g_memdup2 (rs->ids, (gsize) rs->len * sizeof (int32_t));
+  c->hw = strv_of (hs);
+  c->rw = strv_of (rs);
+  c->hyp = g_strdup (hyp);
+  c->ref = g_strdup (ref);
+  c->src = g_strdup (src);
+}
+
+static void
+add_metrics (PsmModel *m, const PsmSeq *hs, const PsmSeq *rs, const char *hyp, const char *ref, const char *src)
+{
+  for (int i = 0; i < m->n_metrics; i++) {
+    void (*add_text) (void *, const char *, const char *, const char *) = PSM_CLASS_HOOK (m->mk[i], add_text);
+    if (add_text)
+      add_text (m->metric[i], hyp, ref, src);
+    else if (m->mk[i]->add)
+      m->mk[i]->add (m->metric[i], hs, rs);
+  }
+}
+
+/* The kept examples to the metrics, in the split's order. */
+static void
+reorder_score (PsmModel *m, PsmSplit split, Reorder *r)
+{
+  void (*example_text) (void *, PsmSplit, int, const char **, const char **) = PSM_CLASS_HOOK (m->tk, example_text);
+  for (long e = 0; e < r->n; e++) {
+    ScoreRec *c = &r->score[e];
+    if (!c->set)
+      continue;
+    const char *src = c->src, *ref = c->ref, *tsrc = NULL, *tref = NULL;
+    if (c->hyp && (!src || !ref) && example_text)
+      example_text (m->task, split, (int) e, &tsrc, &tref);
+    PsmSeq hs = { c->hn, c->hid, (const char *const *) c->hw }, rs = { c->rn, c->rid, (const char *const *) c->rw };
+    add_metrics (m, &hs, &rs, c->hyp, ref ? ref : tref, src ? src : tsrc);
+  }
+}
+
+static Reorder *
+reorder_new (long n, gboolean files, GError **error)
+{
+  FILE *tmp = files ? tmpfile () : NULL;
+  if (files && !tmp) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
+                 "decoding in length order: cannot create a scratch file (%s); decode.sort = false decodes in the "
+                 "split's order without one", g_strerror (errno));
+    return NULL;
+  }
+  Reorder *r = g_new0 (Reorder, 1);
+  r->tmp = tmp;
+  r->n = n;
+  r->off = g_new (gint64, (size_t) n * 3);
+  r->len = g_new0 (int, (size_t) n * 3);
+  r->score = g_new0 (ScoreRec, n);
+  for (size_t i = 0; i < (size_t) n * 3; i++)
+    r->off[i] = -1;
+  return r;
+}
+
+/* The lines of each output in the split's order. */
+static gboolean
+reorder_write (Reorder *r, const PsmEvalOptions *opt, GError **error)
+{
+  if (!r->tmp)
+    return TRUE;
+  FILE *outs[3] = { opt->out, opt->ref, opt->json };
+  GString *buf = g_string_new (NULL);
+  gboolean ok = fflush (r->tmp) == 0;
+  for (int k = 0; ok && k < 3; k++)
+    for (long e = 0; ok && outs[k] && e < r->n; e++) {
+      gint64 off = r->off[(size_t) e * 3 + k];
+      if (off < 0)
+        continue;
+      g_string_set_size (buf, (gsize) r->len[(size_t) e * 3 + k]);
+      ok = fseeko (r->tmp, off, SEEK_SET) == 0 && fread (buf->str, 1, buf->len, r->tmp) == buf->len;
+      if (ok) {
+        fwrite (buf->str, 1, buf->len, outs[k]);
+        fputc ('\n', outs[k]);
+      }
+    }
+  if (!ok)
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "decoding in length order: cannot read back its scratch "
+                 "file (%s)", ferror (r->tmp) ? g_strerror (errno) : "short read");
+  g_string_free (buf, TRUE);
+  return ok;
+}
+
+static void
+reorder_free (Reorder *r)
+{
+  if (!r)
+    return;
+  if (r->tmp)
+    fclose (r->tmp);
+  for (long e = 0; e < r->n; e++) {
+    ScoreRec *c = &r->score[e];
+    g_free (c->hid);
+    g_free (c->rid);
+    g_strfreev (c->hw);
+    g_strfreev (c->rw);
+    g_free (c->hyp);
+    g_free (c->ref);
+    g_free (c->src);
+  }
+  g_free (r->score);
+  g_free (r->off);
+  g_free (r->len);
+  g_free (r);
 }
 
 static gboolean
 eval_sequences (PsmModel *m, PsmSplit split, const PsmBatch *b, const PsmEvalOptions *opt, gboolean metrics,
-                double *gate_sum, long *gate_n, double *phases, GError **error)
+                Reorder *r, const int *row_ex, double *gate_sum, long *gate_n, double *phases, GError **error)
 {
   gboolean want_text = opt && (opt->ref || opt->json);
   for (int i = 0; metrics && i < m->n_metrics; i++)
@@ -1130,12 +1298,15 @@ eval_sequences (PsmModel *m, PsmSplit split, const PsmBatch *b, const PsmEvalOpt
     PsmSeq hs = { h->len, (const int32_t *) hid->data, (const char *const *) hw->pdata };
     PsmSeq rs = { (int) rid->len, (const int32_t *) rid->data, (const char *const *) rw->pdata };
     const char *src = NULL, *ref = NULL;
+    gboolean task_src = FALSE, task_ref = FALSE;
     if (want_text) {
       /* Whole texts from the task where it keeps them; else the batch's
        * (cut) tokens. */
       int ex = b->example_id ? b->example_id[bi] : -1;
       if (example_text && ex >= 0)
         example_text (m->task, split, ex, &src, &ref);
+      task_src = src != NULL;
+      task_ref = ref != NULL;
       join_words (hyp_text, (const char *const *) hw->pdata, (int) hw->len);
       if (!ref)
         ref = join_words (ref_text, (const char *const *) rw->pdata, (int) rw->len);
@@ -1148,13 +1319,11 @@ eval_sequences (PsmModel *m, PsmSplit split, const PsmBatch *b, const PsmEvalOpt
         src = src_text->str;
       }
     }
-    for (int i = 0; metrics && i < m->n_metrics; i++) {
-      void (*add_text) (void *, const char *, const char *, const char *) = PSM_CLASS_HOOK (m->mk[i], add_text);
-      if (add_text)
-        add_text (m->metric[i], hyp_text->str, ref, src);
-      else if (m->mk[i]->add)
-        m->mk[i]->add (m->metric[i], &hs, &rs);
-    }
+    int oex = row_ex ? row_ex[bi] : bi;
+    if (metrics && r)
+      keep_scores (r, oex, &hs, &rs, want_text ? hyp_text->str : NULL, task_ref ? NULL : ref, task_src ? NULL : src);
+    else if (metrics)
+      add_metrics (m, &hs, &rs, want_text ? hyp_text->str : NULL, ref, src);
     int steps = d.n ? (int) (d.gate->len / d.n) : 0;
     for (int i = 0; i < h->len && i < steps; i++) {
       float v = g_array_index (d.gate, float, (size_t) i * d.n + h->rows[i]);
@@ -1167,7 +1336,7 @@ eval_sequences (PsmModel *m, PsmSplit split, const PsmBatch *b, const PsmEvalOpt
       g_string_truncate (line, 0);
       for (int i = 0; i < h->len; i++)
         g_string_append_printf (line, "%s%s", i ? " " : "", (const char *) hw->pdata[i]);
-      fprintf (opt->out, "%s\n", line->str);
+      emit_line (r, OUT_HYP, oex, opt->out, line);
     }
     if (opt && opt->ref) {
       /* one reference a line, its sentences separated by " <q> " */
@@ -1177,10 +1346,12 @@ eval_sequences (PsmModel *m, PsmSplit split, const PsmBatch *b, const PsmEvalOpt
           g_string_append (line, " <q> ");
         else
           g_string_append_c (line, *c);
-      fprintf (opt->ref, "%s\n", line->str);
+      emit_line (r, OUT_REF, oex, opt->ref, line);
     }
-    if (opt && opt->json)
-      json_record (m, b, bi, h, &d, (const char *const *) hw->pdata, ref, line, opt->json);
+    if (opt && opt->json) {
+      json_record (m, b, bi, h, &d, (const char *const *) hw->pdata, ref, line);
+      emit_line (r, OUT_JSON, oex, opt->json, line);
+    }
   }
   for (int i = 0; i < b->B; i++)
     psm_hyp_clear (&hyps[i]);
@@ -1251,7 +1422,7 @@ psm_model_decode_texts (PsmModel *m, const char *const *texts, int n, const PsmE
         m->batch.example_id[i] = start + i;   /* the line, for --json */
     if (ok) {
       psm_graph_reset (m->g);
-      ok = eval_sequences (m, PSM_SPLIT_TEST, &m->batch, opt, FALSE, &gate_sum, &gate_n, NULL, error);
+      ok = eval_sequences (m, PSM_SPLIT_TEST, &m->batch, opt, FALSE, NULL, NULL, &gate_sum, &gate_n, NULL, error);
     }
     if (ok && opt->progress)
       fprintf (stderr, "\rdecoded %d/%d  %.2f articles/s   ", start + B, n,
@@ -1353,6 +1524,38 @@ eval_one_step (PsmModel *m, PsmGraph *g, const PsmBatch *b, const PsmEncoding *e
   }
 }
 
+/* Examples [0, n) of a split by source length, the split's order among
+ * equals; NULL where the task gives a negative length (keep its order). */
+typedef struct {
+  int len, i;
+} LenIdx;
+
+static int
+len_idx_cmp (const void *a, const void *b)
+{
+  const LenIdx *x = a, *y = b;
+  return x->len != y->len ? (x->len > y->len) - (x->len < y->len) : (x->i > y->i) - (x->i < y->i);
+}
+
+static int *
+length_order (PsmModel *m, PsmSplit split, int n, int (*src_len) (void *, PsmSplit, int))
+{
+  LenIdx *li = g_new (LenIdx, n);
+  for (int i = 0; i < n; i++) {
+    li[i] = (LenIdx) { src_len (m->task, split, i), i };
+    if (li[i].len < 0) {
+      g_free (li);
+      return NULL;
+    }
+  }
+  qsort (li, n, sizeof *li, len_idx_cmp);
+  int *order = g_new (int, n);
+  for (int i = 0; i < n; i++)
+    order[i] = li[i].i;
+  g_free (li);
+  return order;
+}
+
 gboolean
 psm_model_evaluate (PsmModel *m, PsmSplit split, const PsmEvalOptions *opt, PsmEvalResult *res, GError **error)
 {
@@ -1367,7 +1570,7 @@ psm_model_evaluate (PsmModel *m, PsmSplit split, const PsmEvalOptions *opt, PsmE
   psm_graph_set_grad (g, FALSE);
   psm_graph_set_rng (g, NULL);
   psm_graph_clear_packed (m->gs);   /* the weights may have changed since the last decoding */
-  double loss_sum = 0.0, weight = 0.0, gate_sum = 0.0;
+  double loss_sum = 0.0, weight = 0.0, gate_sum = 0.0, pad_all = 0.0, pad_real = 0.0;
   long gate_n = 0;
   gboolean ok = TRUE;
   GTimer *timer = g_timer_new ();
@@ -1383,11 +1586,25 @@ psm_model_evaluate (PsmModel *m, PsmSplit split, const PsmEvalOptions *opt, PsmE
   int nr = psm_dist_size (), rank = psm_dist_rank ();
   gboolean split_ranks = nr > 1 && m->dk && !score && !m->streams;
   gboolean split_streams = nr > 1 && m->streams && !recs && EB >= nr;
+  /* decoding: the articles in order of source length where the task can
+   * say it (decode.sort), so that a batch pads little; outputs in the
+   * split's order all the same */
+  gboolean (*batch_of) (void *, PsmSplit, const int *, int, PsmBatch *, GError **) =
+    PSM_CLASS_HOOK (m->tk, eval_batch_of);
+  int (*src_len) (void *, PsmSplit, int) = PSM_CLASS_HOOK (m->tk, source_length);
+  int *order = NULL;
+  Reorder *reorder = NULL;
+  if (m->dk && score && !m->streams && m->sort_decode && batch_of && src_len && n > EB) {
+    order = length_order (m, split, (int) n, src_len);
+    if (order && !(reorder = reorder_new (n, opt && (opt->out || opt->ref || opt->json), error)))
+      ok = FALSE;
+  }
   for (long start = 0; ok && (m->streams ? res->n_examples < n : start < n); start += m->streams ? 1 : EB) {
     if (split_ranks && (start / EB) % nr != rank)
       continue;
     int B = m->streams ? EB : (int) MIN ((long) EB, n - start);
-    if (!m->tk->eval_batch (m->task, split, (int) start, B, &m->batch, error)) {
+    if (order ? !batch_of (m->task, split, order + start, B, &m->batch, error)
+              : !m->tk->eval_batch (m->task, split, (int) start, B, &m->batch, error)) {
       ok = FALSE;
       break;
     }
@@ -1430,8 +1647,12 @@ psm_model_evaluate (PsmModel *m, PsmSplit split, const PsmEvalOptions *opt, PsmE
     if (!m->dk) {
       eval_one_step (m, g, b, &enc, &out, opt ? opt->out : NULL);
     } else if (score) {
+      pad_all += (double) b->T * b->B;
+      for (int i = 0; i < b->T * b->B; i++)
+        pad_real += b->src_mask[i] != 0.0f;
       psm_graph_reset (g);
-      ok = eval_sequences (m, split, b, opt, TRUE, &gate_sum, &gate_n, res->decode_phases, error);
+      ok = eval_sequences (m, split, b, opt, TRUE, reorder, order ? order + start : NULL, &gate_sum, &gate_n,
+                           res->decode_phases, error);
       if (ok && opt && opt->progress) {
         double t = g_timer_elapsed (timer, NULL);
         fprintf (stderr, "\rdecoded %ld/%ld  %.2f articles/s   ", start + B, n, (start + B) / MAX (t, 1e-9));
@@ -1442,6 +1663,12 @@ psm_model_evaluate (PsmModel *m, PsmSplit split, const PsmEvalOptions *opt, PsmE
   if (m->dk && score && opt && opt->progress)
     fprintf (stderr, "\n");
   m->carry_mode = 0;
+  if (reorder && ok) {
+    reorder_score (m, split, reorder);
+    ok = reorder_write (reorder, opt, error);
+  }
+  reorder_free (reorder);
+  g_free (order);
   if (recs) {
     if (ok)
       stream_records_write (recs, opt->out, &gate_sum, &gate_n);
@@ -1449,6 +1676,7 @@ psm_model_evaluate (PsmModel *m, PsmSplit split, const PsmEvalOptions *opt, PsmE
     g_free (row_k);
   }
   res->decode_seconds = g_timer_elapsed (timer, NULL);
+  res->decode_padding = pad_all > 0 ? 1.0 - pad_real / pad_all : 0.0;
   g_timer_destroy (timer);
   psm_graph_reset (g);
   psm_graph_reset (m->gs);

@@ -69,6 +69,8 @@ static const PsmParamSpec decode_spec[] = {
   { "block_ngram", PSM_PARAM_INT, "0", 0, 16, "never repeat an n-gram of this length (0 = off)", NULL },
   { "no_unk", PSM_PARAM_BOOL, "false", PSM_NO_RANGE, "never emit the unknown word", NULL },
   { "attn_top", PSM_PARAM_INT, "3", 0, 64, "attention positions per token in --json output", NULL },
+  { "sort", PSM_PARAM_BOOL, "true", PSM_NO_RANGE,
+    "decode a split's articles in order of source length (outputs keep the split's order)", NULL },
   PSM_PARAM_END
 };
 

@@ -57,7 +57,7 @@ static const Hook task_hooks[] = {
   HOOK (PsmTaskClass, train_batch), HOOK (PsmTaskClass, n_examples), HOOK (PsmTaskClass, eval_batch),
   HOOK (PsmTaskClass, token_text), OPT (PsmTaskClass, save), OPT (PsmTaskClass, text_batch),
   OPT (PsmTaskClass, example_text), OPT (PsmTaskClass, train_cursor), OPT (PsmTaskClass, train_seek),
-  { 0, NULL, FALSE }
+  OPT (PsmTaskClass, source_length), OPT (PsmTaskClass, eval_batch_of), { 0, NULL, FALSE }
 };
 static const Hook metric_hooks[] = {
   HOOK (PsmMetricClass, create), HOOK (PsmMetricClass, destroy), HOOK (PsmMetricClass, reset),

@@ -360,8 +360,9 @@ psm_run_eval (PsmModel *m, PsmSplit split, gboolean write_decodes, gboolean json
     double dec = r.decode_phases[0] + r.decode_phases[1] + r.decode_phases[2] + r.decode_phases[3];
     if (seq && dec > 0 && r.n_examples > 0)
       printf ("decoding %.4f s an article: encoder %.1f%%, decoder steps %.1f%%, output layer %.1f%%, beam search "
-              "%.1f%%\n", dec / r.n_examples, 100 * r.decode_phases[0] / dec, 100 * r.decode_phases[1] / dec,
-              100 * r.decode_phases[2] / dec, 100 * r.decode_phases[3] / dec);
+              "%.1f%%; source padding %.1f%%\n", dec / r.n_examples, 100 * r.decode_phases[0] / dec,
+              100 * r.decode_phases[1] / dec, 100 * r.decode_phases[2] / dec, 100 * r.decode_phases[3] / dec,
+              100 * r.decode_padding);
     if (!seq && !isnan (r.mean_gate))
       printf ("mean gate (probability of the vocabulary softmax) %.4f over %ld words\n", r.mean_gate, r.n_examples);
     char *log_path = g_build_filename (dir, "log.jsonl", NULL);

@@ -426,6 +426,34 @@ expect 0 "headline: raw text decodes with the name pointed at" "x999q" -- \
 expect 0 "headline: the softmax model of the same data" "check: OK" -- \
   "$run" --check "$tmp/hl.cfg" --set model.head.plugin=softmax
 
+# decode.sort: articles of 3 to 36 words in batches of 4, decoded in order of
+# length and in the split's order; the same files and scores either way
+for i in 1 12 3 9 2 11 5 7 4 10 6 8; do
+  words=$(for j in $(seq "$i"); do printf 'police arrest x%sq in paris . ' "$j"; done)
+  echo "$words" | cut -d' ' -f1-$((3 * i))
+done > "$tmp/hl_len.article.txt"
+sed 's/ in paris.*//' "$tmp/hl_len.article.txt" > "$tmp/hl_len.title.txt"
+for s in true false; do
+  "$run" --mode decode --json "$tmp/hl.cfg" --set "run.dir=$tmp/hl_ps" --set task.lvt=0 \
+    --set "task.test=$tmp/hl_len.article.txt" --set decode.sort=$s > "$tmp/sort_$s.out" 2>&1 || bad "decode.sort=$s: exit status" "$tmp/sort_$s.out"
+  for f in decode.test.txt reference.test.txt decode.test.jsonl; do cp "$tmp/hl_ps/$f" "$tmp/sort_$s.$f"; done
+done
+if cmp -s "$tmp/sort_true.decode.test.txt" "$tmp/sort_false.decode.test.txt" &&
+   cmp -s "$tmp/sort_true.reference.test.txt" "$tmp/sort_false.reference.test.txt" &&
+   [ "$(wc -l < "$tmp/sort_true.decode.test.txt")" -eq 12 ] &&
+   [ "$(sed -n 's/^{"example": \([0-9]*\),.*/\1/p' "$tmp/sort_true.decode.test.jsonl" | tr '\n' ' ')" = "0 1 2 3 4 5 6 7 8 9 10 11 " ] &&
+   [ "$(grep '^test' "$tmp/sort_true.out")" = "$(grep '^test' "$tmp/sort_false.out")" ]; then
+  ok "decode.sort: summaries, references, JSON records and scores in the split's order"
+else
+  cat "$tmp/sort_true.out" "$tmp/sort_false.out" > "$tmp/out"; bad "decode.sort: outputs as unsorted"
+fi
+pad_sorted=$(sed -n 's/.*source padding \([0-9.]*\)%.*/\1/p' "$tmp/sort_true.out")
+pad_split=$(sed -n 's/.*source padding \([0-9.]*\)%.*/\1/p' "$tmp/sort_false.out")
+# 234 words; batches 1 12 3 9 | 2 11 5 7 | 4 10 6 8 pad to 3 (36 + 33 + 30) x 4 = 396
+# positions (40.9 % padding), batches by length 1 2 3 4 | ... to 3 (12 + 24 + 36) x 4 = 288 (18.8 %)
+[ "$pad_split" = 40.9 ] && [ "$pad_sorted" = 18.8 ] && ok "decode.sort: padding 40.9 % -> 18.8 %" \
+  || { cat "$tmp/sort_true.out" > "$tmp/out"; bad "decode.sort: padding $pad_split % -> $pad_sorted %"; }
+
 # OMP_THREAD_LIMIT below the threads asked for: OpenBLAS's OpenMP build hung here
 expect 0 "OMP_THREAD_LIMIT below OMP_NUM_THREADS does not hang" "check: OK" -- \
   env OMP_NUM_THREADS=4 OMP_THREAD_LIMIT=2 timeout 300 "$run" --check "$tmp/tiny.cfg"

@@ -158,6 +158,50 @@ psm_test_write_file (const char *name, const char *text)
   return path;
 }
 
+void
+psm_test_task_batch_of (const PsmTaskClass *k, void *t, PsmSplit split)
+{
+  int (*len) (void *, PsmSplit, int) = PSM_CLASS_HOOK (k, source_length);
+  gboolean (*of) (void *, PsmSplit, const int *, int, PsmBatch *, GError **) = PSM_CLASS_HOOK (k, eval_batch_of);
+  ck_assert (len && of);
+  int n = k->n_examples (t, split);
+  ck_assert_int_ge (n, 2);
+  PsmBatch all, one;
+  psm_batch_init (&all);
+  psm_batch_init (&one);
+  int *rev = g_new (int, n);
+  for (int i = 0; i < n; i++)
+    rev[i] = n - 1 - i;
+  GError *e = NULL;
+  ck_assert_msg (of (t, split, rev, n, &all, &e), "%s", e ? e->message : "");
+  ck_assert_int_eq (all.B, n);
+  for (int i = 0; i < n; i++) {
+    int ex = rev[i];
+    ck_assert_msg (k->eval_batch (t, split, ex, 1, &one, &e), "%s", e ? e->message : "");
+    ck_assert_int_eq (MAX (len (t, split, ex), 1), one.T);
+    ck_assert_int_eq (all.example_id[i], ex);
+    for (int s = 0; s < all.T; s++) {
+      gboolean in = s < one.T && PSM_AT (one.src_mask, &one, s, 0) != 0.0f;
+      ck_assert_int_eq (PSM_AT (all.src_mask, &all, s, i) != 0.0f, in);
+      if (in)
+        ck_assert_int_eq (PSM_AT (all.src, &all, s, i), PSM_AT (one.src, &one, s, 0));
+    }
+    for (int s = 0; s < one.Ty; s++)
+      if (PSM_AT (one.tgt_mask, &one, s, 0) != 0.0f)
+        ck_assert_int_eq (PSM_AT (all.tgt, &all, s, i), PSM_AT (one.tgt, &one, s, 0));
+  }
+  int bad[2] = { 0, n };
+  ck_assert (!of (t, split, bad, 2, &all, &e));
+  ck_assert (e && strstr (e->message, "example"));
+  g_clear_error (&e);
+  bad[1] = -1;
+  ck_assert (!of (t, split, bad, 2, &all, &e));
+  g_clear_error (&e);
+  g_free (rev);
+  psm_batch_clear (&all);
+  psm_batch_clear (&one);
+}
+
 int
 psm_test_run (Suite *s)
 {

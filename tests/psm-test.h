@@ -47,6 +47,12 @@ const PsmPluginDesc *psm_test_plugin (PsmKind kind, const char *name);
 const char *psm_test_dir (void);
 /* Writes text to name in psm_test_dir (); returns the path (g_free). */
 char *psm_test_write_file (const char *name, const char *text);
+/* The ABI 1.10 length-order hooks of task t on split (which must have at
+ * least two examples): both set; each example's source_length is the T of
+ * a batch of it alone; a batch of examples in reverse order holds them in
+ * that order (example_id) and each row as the example's own batch has it;
+ * an example outside the split is an error. */
+void psm_test_task_batch_of (const PsmTaskClass *k, void *t, PsmSplit split);
 /* Runs the suite; exit status for automake. */
 int psm_test_run (Suite *s);
 #endif

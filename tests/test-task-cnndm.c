@@ -50,6 +50,8 @@ START_TEST (test_records_and_vocab)
   ck_assert_msg (t, "%s", e ? e->message : "");
   ck_assert_int_eq (k->n_examples (t, PSM_SPLIT_TRAIN), 3);   /* a, b, f */
   ck_assert_int_eq (k->n_examples (t, PSM_SPLIT_TEST), 3);    /* test = valid */
+  psm_test_task_batch_of (k, t, PSM_SPLIT_TEST);               /* lengths 6, 5, 4 */
+  ck_assert_int_eq (((int (*) (void *, PsmSplit, int)) PSM_CLASS_HOOK (k, source_length)) (t, PSM_SPLIT_TEST, 2), 4);
   PsmTaskInfo info;
   memset (&info, 0, sizeof info);
   info.size = sizeof info;

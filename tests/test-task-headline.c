@@ -160,6 +160,24 @@ END_TEST
 /* Batches under lvt: ascending candidates holding the special words,
  * every source word of the title vocabulary and in training every target,
  * filled up with the most frequent words to lvt. */
+/* The length-order hooks (ABI 1.10): source lengths 6 6 6 4. */
+START_TEST (test_batch_of)
+{
+  g_free (psm_test_write_file ("tr.article.txt", art_txt));
+  g_free (psm_test_write_file ("tr.title.txt", tit_txt));
+  char *files = split_files ("tr.article.txt");
+  const PsmTaskClass *k;
+  GError *e = NULL;
+  void *t = make_task (&k, files, "min_count = 2; style = \"none\";", NULL, &e);
+  ck_assert_msg (t, "%s", e ? e->message : "");
+  psm_test_task_batch_of (k, t, PSM_SPLIT_VALID);
+  ck_assert_int_eq (k->source_length (t, PSM_SPLIT_VALID, 3), 4);
+  ck_assert_int_eq (k->source_length (t, PSM_SPLIT_VALID, 0), 6);
+  k->destroy (t);
+  g_free (files);
+}
+END_TEST
+
 START_TEST (test_lvt)
 {
   g_free (psm_test_write_file ("tr.article.txt", art_txt));
@@ -172,6 +190,8 @@ START_TEST (test_lvt)
   PsmTaskInfo info = { sizeof info };
   k->info (t, &info);
   ck_assert_int_eq (info.tgt_vocab, 12);   /* every title word */
+  /* a batch's candidates depend on its company: decoding keeps the order */
+  ck_assert_int_eq (k->source_length (t, PSM_SPLIT_VALID, 0), -1);
   PsmBatch b;
   psm_batch_init (&b);
   PsmRng rng;
@@ -314,6 +334,7 @@ main (void)
   Suite *s = suite_create ("task-headline");
   TCase *tc = tcase_create ("headline");
   tcase_add_test (tc, test_unk_pointers);
+  tcase_add_test (tc, test_batch_of);
   tcase_add_test (tc, test_lvt);
   tcase_add_test (tc, test_entities);
   tcase_add_test (tc, test_input);

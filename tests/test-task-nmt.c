@@ -68,6 +68,7 @@ START_TEST (test_rules)
   PsmBatch b;
   psm_batch_init (&b);
   ck_assert_int_eq (k->n_examples (t, PSM_SPLIT_TRAIN), 4);
+  psm_test_task_batch_of (k, t, PSM_SPLIT_TRAIN);
   ck_assert (k->eval_batch (t, PSM_SPLIT_TRAIN, 0, 4, &b, NULL));
   ck_assert_msg (psm_batch_validate (&b, &info, 4, "nmt", &e), "%s", e ? e->message : "");
   ck_assert_int_eq (b.T, 4);

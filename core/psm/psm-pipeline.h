@@ -76,6 +76,9 @@ typedef struct {
    * decoder steps (incl. the input embeddings), the head's scores, and
    * the beam search's own work */
   double decode_phases[4];
+  /* decoding: the share of the batches' source positions that are padding
+   * (decode.sort makes it small) */
+  double decode_padding;
 } PsmEvalResult;
 
 typedef struct {

@@ -46,9 +46,10 @@ G_BEGIN_DECLS
  * (which class hooks a plugin sets, for psm-run --describe);
  * psm_section_from_text and psm_section_destroy (a plugin's own tests build
  * it from a config text, as the example project under doc/examples does);
- * psm_params_numel. */
+ * psm_params_numel. 1.10: PsmTaskClass.source_length and .eval_batch_of
+ * (decoding in batches of similar source length). */
 #define PSM_ABI_MAJOR 1
-#define PSM_ABI_MINOR 9
+#define PSM_ABI_MINOR 10
 #define PSM_PLUGIN_ENTRY_SYMBOL "psm_plugin_entry"
 
 typedef enum {

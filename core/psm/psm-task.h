@@ -58,6 +58,18 @@ typedef struct {
    * --resume continues the walk where it stopped. */
   gint64 (*train_cursor) (void *self);
   gboolean (*train_seek) (void *self, int B, gint64 cursor, GError **error);
+  /* ABI 1.10, optional, both or neither: how many source positions example
+   * i of a fixed split takes in a batch (the T it alone would need), and a
+   * batch of the given examples of a split, in that order, with
+   * PsmBatch.example_id set to them. With both, decoding takes a split's
+   * articles in order of source length (decode.sort), so a batch pads
+   * little, and writes its outputs and feeds the metrics in the split's
+   * order. A negative length keeps the split's order: a task whose batches
+   * depend on the company an example keeps (a shortlist per batch) says
+   * so. */
+  int (*source_length) (void *self, PsmSplit split, int i);
+  gboolean (*eval_batch_of) (void *self, PsmSplit split, const int *examples, int B, PsmBatch *out,
+                             GError **error);
 } PsmTaskClass;
 
 /* ABI 1.7: the lines of a text file (NULL-ended; g_strfreev), or of

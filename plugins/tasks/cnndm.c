@@ -308,6 +308,21 @@ cn_n_examples (void *self, PsmSplit split)
 }
 
 static gboolean
+cn_eval_batch_of (void *self, PsmSplit split, const int *idx, int B, PsmBatch *out, GError **error)
+{
+  Cnndm *t = self;
+  const Split *s = &t->split[split];
+  for (int i = 0; i < B; i++)
+    if (idx[i] < 0 || idx[i] >= s->n) {
+      g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "cnndm: example %d of a split of %d asked for",
+                   idx[i], s->n);
+      return FALSE;
+    }
+  fill_batch (t, s, idx, B, out);
+  return TRUE;
+}
+
+static gboolean
 cn_eval_batch (void *self, PsmSplit split, int start, int B, PsmBatch *out, GError **error)
 {
   Cnndm *t = self;
@@ -319,6 +334,13 @@ cn_eval_batch (void *self, PsmSplit split, int start, int B, PsmBatch *out, GErr
   fill_batch (t, s, idx, B, out);
   g_free (idx);
   return TRUE;
+}
+
+static int
+cn_source_length (void *self, PsmSplit split, int i)
+{
+  const Split *s = &((Cnndm *) self)->split[split];
+  return s->tgt_off[i] - s->src_off[i];
 }
 
 static const char *
@@ -386,7 +408,7 @@ cn_example_text (void *self, PsmSplit split, int i, const char **source, const c
 
 static const PsmTaskClass klass = {
   sizeof (PsmTaskClass), cn_create, cn_destroy, cn_info, cn_train_batch, cn_n_examples, cn_eval_batch,
-  cn_token_text, cn_save, cn_text_batch, cn_example_text, NULL, NULL
+  cn_token_text, cn_save, cn_text_batch, cn_example_text, NULL, NULL, cn_source_length, cn_eval_batch_of
 };
 
 PSM_PLUGIN (PSM_KIND_TASK, "cnndm",

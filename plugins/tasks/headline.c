@@ -570,6 +570,22 @@ hl_train_batch (void *self, int B, PsmRng *rng, PsmBatch *out, GError **error)
 static int hl_n_examples (void *self, PsmSplit split) { return ((Headline *) self)->split[split].n; }
 
 static gboolean
+hl_eval_batch_of (void *self, PsmSplit split, const int *idx, int B, PsmBatch *out, GError **error)
+{
+  Headline *t = self;
+  const Split *s = &t->split[split];
+  for (int i = 0; i < B; i++)
+    if (idx[i] < 0 || idx[i] >= s->n) {
+      g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "headline: example %d of a split of %d asked for",
+                   idx[i], s->n);
+      return FALSE;
+    }
+  fill_batch (t, s, idx, B, out);
+  candidates (t, out, FALSE);
+  return TRUE;
+}
+
+static gboolean
 hl_eval_batch (void *self, PsmSplit split, int start, int B, PsmBatch *out, GError **error)
 {
   Headline *t = self;
@@ -582,6 +598,18 @@ hl_eval_batch (void *self, PsmSplit split, int start, int B, PsmBatch *out, GErr
   candidates (t, out, FALSE);
   g_free (idx);
   return TRUE;
+}
+
+/* -1 with lvt: a batch's candidates are its examples' words, so decoding
+ * keeps the split's batches (the core's decode.sort). */
+static int
+hl_source_length (void *self, PsmSplit split, int i)
+{
+  Headline *t = self;
+  if (t->lvt > 0 && t->lvt < t->Vt)
+    return -1;
+  const Split *s = &t->split[split];
+  return ((const int *) s->src_off->data)[i + 1] - ((const int *) s->src_off->data)[i];
 }
 
 static const char *
@@ -649,7 +677,7 @@ hl_example_text (void *self, PsmSplit split, int i, const char **source, const c
 
 static const PsmTaskClass klass = {
   sizeof (PsmTaskClass), hl_create, hl_destroy, hl_info, hl_train_batch, hl_n_examples, hl_eval_batch,
-  hl_token_text, hl_save, hl_text_batch, hl_example_text, NULL, NULL
+  hl_token_text, hl_save, hl_text_batch, hl_example_text, NULL, NULL, hl_source_length, hl_eval_batch_of
 };
 
 PSM_PLUGIN (PSM_KIND_TASK, "headline",

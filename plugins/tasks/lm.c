@@ -381,7 +381,7 @@ lm_save (void *self, const char *dir, GError **error)
 
 static const PsmTaskClass klass = {
   sizeof (PsmTaskClass), lm_create, lm_destroy, lm_info, lm_train_batch, lm_n_examples, lm_eval_batch,
-  lm_token_text, lm_save, NULL, NULL, lm_train_cursor, lm_train_seek
+  lm_token_text, lm_save, NULL, NULL, lm_train_cursor, lm_train_seek, NULL, NULL
 };
 
 PSM_PLUGIN (PSM_KIND_TASK, "lm",

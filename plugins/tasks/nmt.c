@@ -558,6 +558,21 @@ nmt_train_batch (void *self, int B, PsmRng *rng, PsmBatch *out, GError **error)
 static int nmt_n_examples (void *self, PsmSplit split) { return ((Nmt *) self)->split[split].n; }
 
 static gboolean
+nmt_eval_batch_of (void *self, PsmSplit split, const int *idx, int B, PsmBatch *out, GError **error)
+{
+  Nmt *t = self;
+  const Split *s = &t->split[split];
+  for (int i = 0; i < B; i++)
+    if (idx[i] < 0 || idx[i] >= s->n) {
+      g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "nmt: example %d of a split of %d asked for",
+                   idx[i], s->n);
+      return FALSE;
+    }
+  fill_batch (t, s, idx, B, out);
+  return TRUE;
+}
+
+static gboolean
 nmt_eval_batch (void *self, PsmSplit split, int start, int B, PsmBatch *out, GError **error)
 {
   Nmt *t = self;
@@ -569,6 +584,13 @@ nmt_eval_batch (void *self, PsmSplit split, int start, int B, PsmBatch *out, GEr
   fill_batch (t, s, idx, B, out);
   g_free (idx);
   return TRUE;
+}
+
+static int
+nmt_source_length (void *self, PsmSplit split, int i)
+{
+  const Split *s = &((Nmt *) self)->split[split];
+  return ((const int *) s->src_off->data)[i + 1] - ((const int *) s->src_off->data)[i];
 }
 
 static const char *
@@ -639,7 +661,7 @@ nmt_text_batch (void *self, const char *const *texts, int n, PsmBatch *out, GErr
 
 static const PsmTaskClass klass = {
   sizeof (PsmTaskClass), nmt_create, nmt_destroy, nmt_info, nmt_train_batch, nmt_n_examples, nmt_eval_batch,
-  nmt_token_text, nmt_save, nmt_text_batch, nmt_example_text, NULL, NULL
+  nmt_token_text, nmt_save, nmt_text_batch, nmt_example_text, NULL, NULL, nmt_source_length, nmt_eval_batch_of
 };
 
 PSM_PLUGIN (PSM_KIND_TASK, "nmt",

@@ -213,7 +213,7 @@ rw_token_text (void *self, const PsmBatch *batch, int b, int32_t id)
 
 static const PsmTaskClass klass = {
   sizeof (PsmTaskClass), rw_create, rw_destroy, rw_info, rw_train_batch,
-  rw_n_examples, rw_eval_batch, rw_token_text, NULL, NULL, NULL, NULL, NULL
+  rw_n_examples, rw_eval_batch, rw_token_text, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 };
 
 PSM_PLUGIN (PSM_KIND_TASK, "rarest_word",
