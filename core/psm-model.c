@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <math.h>
 #include <string.h>
+#include <unistd.h>
+#include <glib/gstdio.h>
 #include "psm-private.h"
 #include "psm/psm-pipeline.h"
 
@@ -1086,10 +1088,6 @@ json_record (PsmModel *m, const PsmBatch *b, int bi, const PsmHyp *h, const Dec 
   g_free (src_pos);
 }
 
-/* Decoding in order of source length (decode.sort): each output line goes
- * to a scratch file as it comes, and the lines are copied out in the
- * split's order at the end; without, straight to its file. Output k is 0
- * the hypotheses, 1 the references, 2 the JSON records. */
 /* One decoded example's inputs to the metrics, kept to be scored in the
  * split's order (ROUGE's bootstrap numbers the summaries in it): copies of
  * what the batch owns; a text the task's example_text gives is NULL here
@@ -1102,6 +1100,11 @@ typedef struct {
   char *hyp, *ref, *src;
 } ScoreRec;
 
+/* Decoding in order of source length (decode.sort): each output line goes
+ * to a scratch file as it comes, and each example's metric inputs to a
+ * ScoreRec; the metrics get them and the lines are copied out in the
+ * split's order at the end. Without it, lines go straight to their file.
+ * Output k is 0 the hypotheses, 1 the references, 2 the JSON records. */
 typedef struct {
   FILE *tmp;                /* NULL: no output files */
   gint64 *off;              /* [n, 3]: where example e's line k starts; -1: none */
@@ -1180,15 +1183,31 @@ reorder_score (PsmModel *m, PsmSplit split, Reorder *r)
   }
 }
 
+/* The scratch file: in TMPDIR, unlinked at once. */
 static Reorder *
 reorder_new (long n, gboolean files, GError **error)
 {
-  FILE *tmp = files ? tmpfile () : NULL;
-  if (files && !tmp) {
-    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
-                 "decoding in length order: cannot create a scratch file (%s); decode.sort = false decodes in the "
-                 "split's order without one", g_strerror (errno));
-    return NULL;
+  FILE *tmp = NULL;
+  if (files) {
+    char *path = NULL;
+    GError *e = NULL;
+    int fd = g_file_open_tmp ("psm-decode-XXXXXX", &path, &e);
+    if (fd >= 0) {
+      g_unlink (path);
+      tmp = fdopen (fd, "w+b");
+      if (!tmp)
+        g_set_error (&e, G_FILE_ERROR, g_file_error_from_errno (errno), "%s", g_strerror (errno));
+    }
+    g_free (path);
+    if (!tmp) {
+      g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
+                   "decoding in length order: cannot create a scratch file (%s); decode.sort = false decodes in the "
+                   "split's order without one", e->message);
+      g_error_free (e);
+      if (fd >= 0)
+        close (fd);
+      return NULL;
+    }
   }
   Reorder *r = g_new0 (Reorder, 1);
   r->tmp = tmp;

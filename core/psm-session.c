@@ -209,13 +209,18 @@ split_name (PsmSplit s)
   return s == PSM_SPLIT_TRAIN ? "train" : s == PSM_SPLIT_VALID ? "valid" : "test";
 }
 
+/* Decoding's outputs are written to PATH.part and renamed over PATH only
+ * when the whole decoding has succeeded (finish_output): a decoding that
+ * fails leaves the earlier files as they were. */
 static FILE *
 open_output (const char *dir, const char *name, const char *split, const char *ext, char **path, GError **error)
 {
   *path = g_strdup_printf ("%s/%s.%s.%s", dir, name, split, ext);
-  FILE *f = fopen (*path, "w");
+  char *part = g_strconcat (*path, ".part", NULL);
+  FILE *f = fopen (part, "w");
   if (!f)
-    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: cannot write: %s", *path, g_strerror (errno));
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: cannot write: %s", part, g_strerror (errno));
+  g_free (part);
   return f;
 }
 
@@ -228,6 +233,23 @@ close_output (FILE *f, const char *path, gboolean ok, GError **error)
   written = fclose (f) == 0 && written;
   if (!written && ok)
     return psm_run_write_failed (error, path);
+  return ok;
+}
+
+static gboolean
+finish_output (const char *path, gboolean ok, GError **error)
+{
+  if (!path)
+    return ok;
+  char *part = g_strconcat (path, ".part", NULL);
+  if (ok && g_rename (part, path) != 0) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: cannot rename it to %s: %s", part, path,
+                 g_strerror (errno));
+    ok = FALSE;
+  }
+  if (!ok)
+    g_unlink (part);
+  g_free (part);
   return ok;
 }
 
@@ -347,6 +369,9 @@ psm_run_eval (PsmModel *m, PsmSplit split, gboolean write_decodes, gboolean json
   ok = close_output (eo.out, out_path, ok, error);
   ok = close_output (eo.ref, ref_path, ok, error);
   ok = close_output (eo.json, json_path, ok, error);
+  ok = finish_output (out_path, ok, error);
+  ok = finish_output (ref_path, ok, error);
+  ok = finish_output (json_path, ok, error);
   if (ok) {
     char *what = g_strdup_printf ("%s (%s)", sn, path);
     psm_run_print_eval (what, meta.step, &r, FALSE);

@@ -112,9 +112,13 @@ cp -r "$tmp/r" "$tmp/logfull"
 rm "$tmp/logfull/log.jsonl" && ln -s /dev/full "$tmp/logfull/log.jsonl"
 expect 1 "a log that cannot be written stops training" "log.jsonl: cannot write: No space left on device" -- \
   "$run" --mode train --resume "$tmp/tiny.cfg" --set "run.dir=$tmp/logfull" --set train.steps=40
-ln -s /dev/full "$tmp/logfull/decode.test.txt"
+# outputs go to NAME.part, renamed over NAME once the whole decoding succeeded
+echo "earlier summaries" > "$tmp/logfull/decode.test.txt"
+ln -s /dev/full "$tmp/logfull/decode.test.txt.part"
 expect 1 "decode outputs that cannot be written are an error" "decode.test.txt: cannot write: No space left on device" -- \
   "$run" --mode decode "$tmp/tiny.cfg" --set "run.dir=$tmp/logfull"
+[ "$(cat "$tmp/logfull/decode.test.txt")" = "earlier summaries" ] && [ ! -L "$tmp/logfull/decode.test.txt.part" ] &&
+  ok "and the earlier outputs are kept, no .part left" || bad "a failed decoding kept the earlier outputs"
 
 # corrupt checkpoint
 cp -r "$tmp/r" "$tmp/corrupt"
@@ -447,6 +451,12 @@ if cmp -s "$tmp/sort_true.decode.test.txt" "$tmp/sort_false.decode.test.txt" &&
 else
   cat "$tmp/sort_true.out" "$tmp/sort_false.out" > "$tmp/out"; bad "decode.sort: outputs as unsorted"
 fi
+cp "$tmp/hl_ps/decode.test.txt" "$tmp/sort_before.txt"
+expect 1 "decode.sort: no scratch file is an error that says how to do without" \
+  "cannot create a scratch file.*decode.sort = false" -- env TMPDIR="$tmp/nosuchdir" "$run" --mode decode "$tmp/hl.cfg" \
+  --set "run.dir=$tmp/hl_ps" --set task.lvt=0 --set "task.test=$tmp/hl_len.article.txt"
+cmp -s "$tmp/sort_before.txt" "$tmp/hl_ps/decode.test.txt" && ok "decode.sort: the earlier summaries are kept" \
+  || bad "decode.sort: the earlier summaries were lost"
 pad_sorted=$(sed -n 's/.*source padding \([0-9.]*\)%.*/\1/p' "$tmp/sort_true.out")
 pad_split=$(sed -n 's/.*source padding \([0-9.]*\)%.*/\1/p' "$tmp/sort_false.out")
 # 234 words; batches 1 12 3 9 | 2 11 5 7 | 4 10 6 8 pad to 3 (36 + 33 + 30) x 4 = 396
