@@ -1415,6 +1415,47 @@ START_TEST (test_additive_attention_beams)
 }
 END_TEST
 
+/* psm_dot_scores over beams: with the repeated keys noted as a repeat of
+ * compact ones, the op reads the compact ones (the repeated copy is emptied
+ * before the second call) and the scores are bit for bit those over the
+ * repeated keys (enough work for the threads: 4 articles x 5 beams, T 40,
+ * H 128). */
+START_TEST (test_dot_scores_beams)
+{
+  PsmRng rng;
+  psm_rng_seed (&rng, 23);
+  enum { T = 40, NB = 4, G = 5, H = 128, B = NB * G };
+  float *kc = g_new (float, T * NB * H), *kr = g_new (float, T * B * H), *q = g_new (float, B * H);
+  psm_test_fill (kc, T * NB * H, 1.0f, &rng);
+  psm_test_fill (q, B * H, 1.0f, &rng);
+  for (int t = 0; t < T; t++)
+    for (int r = 0; r < B; r++)
+      memcpy (kr + ((size_t) t * B + r) * H, kc + ((size_t) t * NB + r / G) * H, H * sizeof (float));
+  PsmTensor *y[2];
+  PsmGraph *gs[2];
+  for (int k = 0; k < 2; k++) {
+    PsmGraph *g = gs[k] = psm_graph_new ();
+    psm_graph_set_grad (g, FALSE);
+    if (k) {   /* the repeated copy emptied: only the compact one gives y[0] */
+      psm_graph_add_repeat (g, kr, kc, G);
+      memset (kr, 0, (size_t) T * B * H * sizeof (float));
+    }
+    y[k] = psm_dot_scores (g, psm_tensor_wrap (g, kr, NULL, 3, (int[]) { T, B, H }),
+                           psm_tensor_wrap (g, q, NULL, 2, (int[]) { B, H }));
+  }
+  ck_assert (memcmp (y[0]->data, y[1]->data, B * T * sizeof (float)) == 0);
+  double s = 0.0;   /* row 7 (article 1), position 3, directly */
+  for (int j = 0; j < H; j++)
+    s += (double) q[7 * H + j] * kc[(3 * NB + 1) * H + j];
+  ck_assert (fabs (y[1]->data[7 * T + 3] - s) < 1e-4);
+  psm_graph_free (gs[0]);
+  psm_graph_free (gs[1]);
+  g_free (kc);
+  g_free (kr);
+  g_free (q);
+}
+END_TEST
+
 /* ---- pointer ops: R = 6 rows (3 steps of Bi = 2 examples), T = 4 source
  * positions, vocabulary S0 = 5 extended to S = 8 ---- */
 #define PR 6
@@ -1592,6 +1633,7 @@ main (int argc, char **argv)
   tcase_add_test (tc, test_gather_cols);
   tcase_add_test (tc, test_additive_attention);
   tcase_add_test (tc, test_additive_attention_beams);
+  tcase_add_test (tc, test_dot_scores_beams);
   tcase_add_test (tc, test_pointer_ops);
   suite_add_tcase (s, tc);
   return psm_test_run (s);

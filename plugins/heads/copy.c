@@ -212,8 +212,11 @@ cp_scores (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const 
    * every entry shifted by log P(generate) = -log(1 + e^(lc)), lc the
    * copy terms' log-sum relative to the generate part's */
   PsmTensor *lg = psm_log_softmax (g, gl);
-  double *ma = g_new (double, T);
+  double *mall = psm_arena_alloc (psm_graph_arena (g), (size_t) n * MAX (T, 1) * sizeof (double));
+  /* rows apart over the threads (each row's arithmetic as alone) */
+#pragma omp parallel for if ((long) n * (V + 8 * T) >= 65536) schedule (static)
   for (int r = 0; r < n; r++) {
+    double *ma = mall + (size_t) r * T;
     const float *gr = gl->data + (size_t) r * V, *lgr = lg->data + (size_t) r * V;
     const float *cr = cl->data + (size_t) r * T, *mr = mask + (size_t) r * T;
     float *row = sc->data + (size_t) r * S;
@@ -251,7 +254,6 @@ cp_scores (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const 
         row[V + i] = (float) (ma[i] + shift);
     }
   }
-  g_free (ma);
   return sc;
 }
 
