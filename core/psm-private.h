@@ -258,6 +258,17 @@ void psm_colsum_add (int R, int C, const float *x, float *out);
 
 static inline float psm_sigmoidf (float x) { return 1.0f / (1.0f + expf (-x)); }
 
+/* a . b, vectorised (the ops' dot product over a row). */
+static inline float
+psm_dotf (const float *a, const float *b, int n)
+{
+  float s = 0.0f;
+#pragma omp simd reduction (+:s)
+  for (int j = 0; j < n; j++)
+    s += a[j] * b[j];
+  return s;
+}
+
 /* Few-row GEMM against a matrix packed once (core/ops/packgemm.c).
  * psm_pack packs columns [0, n) of op(B) (K x n, op = transpose when tb; to
  * start at column c, pass B + c, or B + c * ldb when tb) into

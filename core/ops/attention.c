@@ -460,16 +460,6 @@ psm_defer_values_backward (PsmNode *nd)
 /* ---- dot-product scores against the annotations (ABI 1.8) ----
  *   y[r, i] = q[r] . keys[i, r % Bi]        (keys [T, Bi, H], q [R, H])
  *   dq[r] += sum_i dy[r, i] keys[i, b]    dkeys[i, b] += sum_(r % Bi = b) dy[r, i] q[r] */
-static inline float
-dot (const float *a, const float *b, int n)
-{
-  float s = 0.0f;
-#pragma omp simd reduction (+:s)
-  for (int j = 0; j < n; j++)
-    s += a[j] * b[j];
-  return s;
-}
-
 PsmTensor *
 psm_dot_scores (PsmGraph *g, PsmTensor *keys, PsmTensor *q)
 {
@@ -479,7 +469,7 @@ psm_dot_scores (PsmGraph *g, PsmTensor *keys, PsmTensor *q)
   PsmTensor *in[2] = { keys, q };
   int shape[2] = { R, T };
   PsmTensor *y = psm_op_out (g, 2, shape, 2, in);
-  /* Over beams without gradients (R = Bi rows, G a article): the G rows
+  /* Over beams without gradients (R = Bi rows, G to an article): the G rows
    * of article b read its keys from the compact [T, Bi / G, H] copy, one
    * key for all G while it is in cache (as attn_forward_grouped). Each
    * score is the same dot product either way. */
@@ -492,13 +482,14 @@ psm_dot_scores (PsmGraph *g, PsmTensor *keys, PsmTensor *q)
       for (int i = 0; i < T; i++) {
         const float *k = Kc + ((size_t) i * nB + art) * H;
         for (int r = art * G; r < (art + 1) * G; r++)
-          y->data[(size_t) r * T + i] = dot (q->data + (size_t) r * H, k, H);
+          y->data[(size_t) r * T + i] = psm_dotf (q->data + (size_t) r * H, k, H);
       }
   } else {
 #pragma omp parallel for if (AA_PAR (R, T, H)) schedule (static)
     for (int r = 0; r < R; r++)
       for (int i = 0; i < T; i++)
-        y->data[(size_t) r * T + i] = dot (q->data + (size_t) r * H, keys->data + ((size_t) i * Bi + r % Bi) * H, H);
+        y->data[(size_t) r * T + i] =
+          psm_dotf (q->data + (size_t) r * H, keys->data + ((size_t) i * Bi + r % Bi) * H, H);
   }
   psm_graph_record (g, PSM_OP_DOT_SCORES, y, 2, in);
   return y;

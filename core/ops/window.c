@@ -20,16 +20,6 @@
 
 #define SENTINEL_FLOOR 1e-30
 
-static inline float
-dot (const float *a, const float *b, int n)
-{
-  float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-  for (int i = 0; i < n; i++)
-    s += a[i] * b[i];
-  return s;
-}
-
 /* The state at window slot j of row (t, b), or NULL when it has none. */
 static inline const float *
 slot_state (const float *cur, const float *past, int P, int B, int H, int t, int b, int L, int j)
@@ -79,9 +69,9 @@ psm_window_scores (PsmGraph *g, PsmTensor *q, PsmTensor *cur, PsmTensor *past, P
     float *o = out->data + (size_t) r * (L + 1);
     for (int j = 0; j < L; j++) {
       const float *h = wid[(size_t) r * L + j] >= 0 ? slot_state (cur->data, pd, P, B, H, t, b, L, j) : NULL;
-      o[j] = h ? dot (qr, h, H) : -INFINITY;
+      o[j] = h ? psm_dotf (qr, h, H) : -INFINITY;
     }
-    o[L] = dot (qr, s->data, H);
+    o[L] = psm_dotf (qr, s->data, H);
   }
   PsmNode *n = psm_graph_record (g, PSM_OP_WINDOW_SCORES, out, 3, in);
   if (n) {
