@@ -2,7 +2,7 @@
  * records skipped and counted, a file with none valid refused), the
  * vocabulary (specials first, by count, saved and read back), truncation,
  * batches (OOV ids per batch, targets shifted, </s>), .source/.target, raw
- * text tokenisation. */
+ * text tokenisation, the length hooks of decoding by source length. */
 #include "config.h"
 #include <math.h>
 #include <string.h>

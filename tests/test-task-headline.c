@@ -3,7 +3,8 @@
  * also when that source word is <unk>; a word absent from the source stays
  * <unk>) with their count, entity anonymisation and entity-pointers, the
  * large-vocabulary candidates, the CNN/DailyMail lead and the Gigaword
- * style, raw text, vocabulary save and reload, and bad input. */
+ * style, raw text, vocabulary save and reload, bad input, and the length
+ * hooks of decoding in order of source length. */
 #include "config.h"
 #include <string.h>
 #include <glib/gstdio.h>
@@ -157,9 +158,6 @@ START_TEST (test_unk_pointers)
 }
 END_TEST
 
-/* Batches under lvt: ascending candidates holding the special words,
- * every source word of the title vocabulary and in training every target,
- * filled up with the most frequent words to lvt. */
 /* The length-order hooks (ABI 1.10): source lengths 6 6 6 4. */
 START_TEST (test_batch_of)
 {
@@ -178,6 +176,9 @@ START_TEST (test_batch_of)
 }
 END_TEST
 
+/* Batches under lvt: ascending candidates holding the special words,
+ * every source word of the title vocabulary and in training every target,
+ * filled up with the most frequent words to lvt. */
 START_TEST (test_lvt)
 {
   g_free (psm_test_write_file ("tr.article.txt", art_txt));

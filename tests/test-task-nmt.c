@@ -3,7 +3,7 @@
  * words up to case and diacritics, lexicon, argmax, and <unk> without the
  * argmax rule), the batch a pair becomes, translation of pointed words,
  * the simple tokeniser, raw input to translate, vocabulary save and reload,
- * and bad input. */
+ * bad input, and the length hooks of decoding by source length. */
 #include "config.h"
 #include <string.h>
 #include <glib/gstdio.h>
