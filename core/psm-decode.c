@@ -3,7 +3,10 @@
  * Article b owns rows [b K, (b + 1) K) of every step; at the first step only
  * row b K is live. Each step the scorer sees, for every row, the row of the
  * previous step it continues (the caller reorders its carry with that row
- * gather) and the slot it emitted, and returns log-scores [n, S]. Per
+ * gather) and the slot it emitted, and returns log-scores of S slots for the
+ * rows asked for: those of the articles still searching, and at the first
+ * step only their row b K (a scorer that scored every row did K times the
+ * first step's work and went on scoring articles that had finished). Per
  * article, the 2K best extensions of the live rows by summed log-score are
  * taken in order: one ending in EOS (allowed from min_len tokens on, the EOS
  * counted) becomes a finished hypothesis, the others fill the K rows of the
@@ -125,6 +128,8 @@ push_cand (Cand *top, int *k, int cap, Cand c)
 }
 
 gboolean psm_beam_floor = TRUE;
+gboolean psm_beam_skip_rows = TRUE;
+long psm_beam_rows;
 
 /* A float below which a row's score x cannot make logp + x (in double)
  * beat the list's last entry `last`: (float) (last - logp) is within half
@@ -172,6 +177,7 @@ psm_beam_search (const PsmBeamConfig *cfg, int B, const PsmBeamFns *f, PsmHyp *o
   Cand *top = g_new (Cand, cap);
   int *n_fin = g_new0 (int, B);
   gboolean *done = g_new0 (gboolean, B);
+  int *act = g_new (int, B), *base = g_new (int, B);
   /* finished hypotheses: K per article, kept best first by score */
   PsmHyp *fin = g_new0 (PsmHyp, (size_t) B * K);
   for (int b = 0; b < B; b++)
@@ -181,8 +187,12 @@ psm_beam_search (const PsmBeamConfig *cfg, int B, const PsmBeamFns *f, PsmHyp *o
   gboolean ok = TRUE;
   int live_articles = B;
   for (int t = 0; t < L && live_articles > 0; t++) {
-    int S = 0;
-    const float *sc = f->step (f->ud, n, t ? parents : NULL, tokens, &S, error);
+    int S = 0, n_act = 0, per = t || !psm_beam_skip_rows ? K : 1;
+    for (int b = 0; b < B; b++)
+      if (!done[b] || !psm_beam_skip_rows)
+        act[n_act++] = b;
+    __atomic_add_fetch (&psm_beam_rows, (long) n_act * per, __ATOMIC_RELAXED);
+    const float *sc = f->step (f->ud, n, t ? parents : NULL, tokens, act, n_act, per, base, &S, error);
     if (!sc) {
       ok = FALSE;
       break;
@@ -195,7 +205,7 @@ psm_beam_search (const PsmBeamConfig *cfg, int B, const PsmBeamFns *f, PsmHyp *o
       for (int r = b * K; r < (b + 1) * K; r++) {
         if (!cur.alive[r])
           continue;
-        const float *row = sc + (size_t) r * S;
+        const float *row = sc + (size_t) (base[b] + r - b * K) * S;
         float bar = k == cap && psm_beam_floor ? psm_beam_score_floor (top[cap - 1].v, cur.logp[r]) : -INFINITY;
         for (int32_t s = next_above (row, 0, S, bar); s < S; s = next_above (row, s + 1, S, bar)) {
           if (!isfinite (row[s]))
@@ -278,6 +288,8 @@ psm_beam_search (const PsmBeamConfig *cfg, int B, const PsmBeamFns *f, PsmHyp *o
     psm_hyp_clear (&fin[i]);
   g_free (fin);
   g_free (done);
+  g_free (act);
+  g_free (base);
   g_free (n_fin);
   g_free (top);
   g_free (buf);

@@ -757,14 +757,24 @@ psm_model_loss (PsmModel *m, PsmGraph *g, const PsmBatch *b)
 
 /* ---- decoding ---- */
 
-/* What one decoding step records for the JSON output: p_gen and the top
- * attention positions of every row. */
+/* One decoding: the beam search's scorer (dec_step) and what a step records
+ * for the JSON output (p_gen and the top attention positions of every row).
+ * The scorer computes only the rows the search asks for: at the first step
+ * one row an article, then the beams of the articles still searching. Rows
+ * are numbered as the search numbers them (article b's rows [b K,
+ * (b + 1) K), n = B K); the rows computed at a step ("built": per rows of
+ * each article in built[0..n_built)) have the source side laid out for
+ * them (build_rows). */
 typedef struct {
   PsmModel *m;
   const PsmBatch *orig;
-  PsmBatch bx;              /* the source side repeated per beam */
-  PsmEncoding ex;
-  float *carry;             /* [n, K] between steps */
+  PsmEncoding enc;          /* the encoder's output, one row an article */
+  PsmBatch bx;              /* the source side for all n rows (slot_token) */
+  PsmEncoding ex;           /* the source side for the built rows */
+  PsmBatch bb;              /* (both in the graph of the encoding) */
+  PsmTensor *c_memo, *c_ann;   /* their compact copies (one row an article), or NULL */
+  int *built, n_built, per;
+  float *carry;             /* [n, carry_k] between steps, by the search's rows */
   int carry_k, n, K;
   gboolean record;
   GArray *gate;             /* float [steps * n] */
@@ -780,126 +790,267 @@ dec_word (void *ud, int row, int32_t slot)
   return d->m->hk->slot_token (d->m->head, &d->bx, row, slot);
 }
 
+/* Rows per rows of each article act[0..na) of x, time-major [T, B, C] (T =
+ * 1 for batch-major [B, C]): row (t, j) is row (t, act[j / per]); act NULL:
+ * every article in order. */
+static PsmTensor *
+rows_for (PsmGraph *g, PsmTensor *x, int T, int B, const int *act, int na, int per)
+{
+  if (!x)
+    return NULL;
+  int R = na * per;
+  int32_t *rows = psm_graph_alloc (g, (size_t) T * R * sizeof (int32_t));
+  for (int t = 0; t < T; t++)
+    for (int j = 0; j < R; j++)
+      rows[(size_t) t * R + j] = t * B + (act ? act[j / per] : j / per);
+  PsmTensor *y = psm_gather_rows (g, x, rows, T * R);
+  int shape[3] = { T, R, psm_tensor_cols (x) };
+  return x->ndim == 3 ? psm_tensor_reshape (g, y, 3, shape) : y;
+}
+
+static void *
+array_for (PsmGraph *g, const void *src, size_t elem, int T, int B, const int *act, int na, int per)
+{
+  if (!src)
+    return NULL;
+  int R = na * per;
+  char *dst = psm_graph_alloc (g, (size_t) T * R * elem);
+  for (int t = 0; t < T; t++)
+    for (int j = 0; j < R; j++)
+      memcpy (dst + ((size_t) t * R + j) * elem,
+              (const char *) src + ((size_t) t * B + (act ? act[j / per] : j / per)) * elem, elem);
+  return dst;
+}
+
+/* The source side (encoding and batch fields) of per rows of each article
+ * act[0..na) (NULL: all) of batch b encoded as enc, in graph g; without
+ * tensors, ex keeps enc's (the arrays alone). */
+static void
+source_rows (PsmGraph *g, const PsmBatch *b, const PsmEncoding *enc, const int *act, int na, int per,
+             gboolean tensors, PsmEncoding *ex, PsmBatch *bx)
+{
+  int T = b->T, B = b->B;
+  *ex = *enc;
+  ex->B = na * per;
+  if (tensors) {
+    ex->annotations = rows_for (g, enc->annotations, T, B, act, na, per);
+    ex->summary = rows_for (g, enc->summary, 1, B, act, na, per);
+    ex->memo = rows_for (g, enc->memo, T, B, act, na, per);
+  }
+  ex->mask = array_for (g, b->src_mask, sizeof (float), T, B, act, na, per);
+  ex->src = array_for (g, b->src, sizeof (int32_t), T, B, act, na, per);
+  ex->seg = array_for (g, b->src_seg, sizeof (int32_t), T, B, act, na, per);
+  memset (bx, 0, sizeof *bx);
+  bx->size = sizeof *bx;
+  bx->B = bx->cap_B = na * per;
+  bx->T = bx->cap_T = T;
+  bx->Ty = bx->cap_Ty = 1;
+  bx->src = (int32_t *) ex->src;
+  bx->src_ext = array_for (g, b->src_ext, sizeof (int32_t), T, B, act, na, per);
+  bx->src_mask = (float *) ex->mask;
+  bx->src_seg = (int32_t *) ex->seg;
+  bx->ext_base = b->ext_base;
+  bx->oov_words = b->oov_words;
+  bx->n_cand = b->n_cand;   /* the candidates are the batch's, not per row */
+  bx->cand = b->cand;
+  bx->example_id = array_for (g, b->example_id, sizeof (int32_t), 1, B, act, na, per);
+}
+
+/* Keeps rows from[0..R) (ascending) of each of T blocks of Rold rows of
+ * elem bytes, in place: block t becomes rows [t R, (t + 1) R). (A row never
+ * moves up, and moves before any row below it is overwritten.) */
+static void
+keep_rows (void *data, size_t elem, int T, int Rold, const int32_t *from, int R)
+{
+  char *p = data;
+  for (int t = 0; t < T && p; t++)
+    for (int j = 0; j < R; j++)
+      memmove (p + ((size_t) t * R + j) * elem, p + ((size_t) t * Rold + from[j]) * elem, elem);
+}
+
+/* The same for a tensor of T blocks of Rold rows: [T, R, C], or [R, C]. */
+static void
+keep_tensor_rows (PsmTensor *x, int T, int Rold, const int32_t *from, int R)
+{
+  if (!x)
+    return;
+  int C = psm_tensor_cols (x);
+  keep_rows (x->data, C * sizeof (float), T, Rold, from, R);
+  x->shape[x->ndim == 3 ? 1 : 0] = R;
+  x->n = (size_t) T * R * C;
+}
+
+/* Makes the built rows per rows of each article act[0..na). At the first
+ * step (one row an article, every article; all steps of greedy decoding)
+ * the encoding's own tensors serve; at the second the beams' rows are
+ * gathered into the encoding's graph (as much memory as the rows of all
+ * beams take, once a batch), the steps' attention reading each article's
+ * keys and annotations once for its rows (the compact copies:
+ * psm_graph_add_repeat). When articles finish (act only ever loses
+ * articles), the rows of the others are moved together in place, compact
+ * copies too: no memory is taken for it. */
+static void
+build_rows (Dec *d, const int *act, int na, int per)
+{
+  PsmModel *m = d->m;
+  const PsmBatch *b = d->orig;
+  int T = b->T;
+  if (per == d->per && na < d->n_built) {
+    int Rold = d->n_built * per, R = na * per;
+    int32_t *from = g_new (int32_t, R + na), *from1 = from + R;
+    for (int i = 0, o = 0; i < na; i++) {
+      while (o < d->n_built && d->built[o] != act[i])
+        o++;
+      g_assert (o < d->n_built);   /* the search's articles only ever finish */
+      from1[i] = o;
+      for (int k = 0; k < per; k++)
+        from[i * per + k] = o * per + k;
+    }
+    keep_tensor_rows (d->ex.annotations, T, Rold, from, R);
+    keep_tensor_rows (d->ex.summary, 1, Rold, from, R);
+    keep_tensor_rows (d->ex.memo, T, Rold, from, R);
+    keep_rows ((void *) d->ex.mask, sizeof (float), T, Rold, from, R);
+    keep_rows ((void *) d->ex.src, sizeof (int32_t), T, Rold, from, R);
+    keep_rows ((void *) d->ex.seg, sizeof (int32_t), T, Rold, from, R);
+    keep_rows (d->bb.src_ext, sizeof (int32_t), T, Rold, from, R);
+    keep_rows (d->bb.example_id, sizeof (int32_t), 1, Rold, from, R);
+    keep_tensor_rows (d->c_memo, T, d->n_built, from1, na);
+    keep_tensor_rows (d->c_ann, T, d->n_built, from1, na);
+    d->ex.B = d->bb.B = d->bb.cap_B = R;
+    g_free (from);
+  } else {
+    gboolean all = na == b->B;
+    psm_graph_clear_repeats (m->gs);
+    source_rows (m->g, b, &d->enc, all ? NULL : act, na, per, !all || per > 1, &d->ex, &d->bb);
+    d->c_memo = d->c_ann = NULL;
+    if (per > 1 && d->enc.memo && d->ex.memo) {
+      /* the encoder's tensors themselves, or the articles' own rows */
+      d->c_memo = all ? d->enc.memo : rows_for (m->g, d->enc.memo, T, b->B, act, na, 1);
+      d->c_ann = all ? d->enc.annotations : rows_for (m->g, d->enc.annotations, T, b->B, act, na, 1);
+      psm_graph_add_repeat (m->gs, d->ex.memo->data, d->c_memo->data, per);
+      psm_graph_add_repeat (m->gs, d->ex.annotations->data, d->c_ann->data, per);
+    }
+  }
+  memcpy (d->built, act, na * sizeof (int));
+  d->n_built = na;
+  d->per = per;
+}
+
 static const float *
-dec_step (void *ud, int n, const int32_t *parents, const int32_t *tokens, int *S, GError **error)
+dec_step (void *ud, int n, const int32_t *parents, const int32_t *tokens, const int *act, int n_act, int per,
+          int *base, int *S, GError **error)
 {
   Dec *d = ud;
   PsmModel *m = d->m;
   PsmGraph *g = m->gs;
   gint64 t0 = g_get_monotonic_time ();
+  if (n_act != d->n_built || per != d->per || memcmp (act, d->built, n_act * sizeof (int)) != 0)
+    build_rows (d, act, n_act, per);
+  int R = n_act * per, K = d->K;
+  int32_t *row_of = g_new (int32_t, MAX (R, 1));   /* built row -> the search's row */
+  for (int j = 0; j < R; j++)
+    row_of[j] = act[j / per] * K + j % per;
+  for (int i = 0; i < n_act; i++)
+    base[act[i]] = i * per;
   psm_graph_reset (g);
   PsmTensor *carry;
   if (!parents) {
     carry = m->dk->init (m->dec, g, m->params, &d->ex);
     d->carry_k = psm_tensor_cols (carry);
-    d->carry = g_renew (float, d->carry, (size_t) n * d->carry_k);
+    g_free (d->carry);
+    d->carry = g_new0 (float, (size_t) n * d->carry_k);
   } else {
     int shape[2] = { n, d->carry_k };
-    carry = psm_gather_rows (g, psm_tensor_wrap (g, d->carry, NULL, 2, shape), parents, n);
+    int32_t *from = psm_graph_alloc (g, R * sizeof (int32_t));
+    for (int j = 0; j < R; j++)
+      from[j] = parents[row_of[j]];
+    carry = psm_gather_rows (g, psm_tensor_wrap (g, d->carry, NULL, 2, shape), from, R);
   }
-  int32_t *ids = psm_graph_alloc (g, n * sizeof (int32_t));
-  for (int r = 0; r < n; r++) {
+  int32_t *ids = psm_graph_alloc (g, R * sizeof (int32_t)), *words = psm_graph_alloc (g, 2 * (size_t) R * sizeof (int32_t));
+  int32_t *rows = words + R;
+  for (int j = 0; j < R; j++) {
+    int r = row_of[j];
     int32_t w = tokens[r] < 0 ? m->info.bos_id : dec_word (d, r, tokens[r]);
-    ids[r] = w >= 0 && w < m->info.tgt_vocab ? w : m->info.unk_id >= 0 ? m->info.unk_id : m->info.bos_id;
+    words[j] = w;
+    rows[j] = j;
+    ids[j] = w >= 0 && w < m->info.tgt_vocab ? w : m->info.unk_id >= 0 ? m->info.unk_id : m->info.bos_id;
   }
-  PsmTensor *x = psm_embedding (g, psm_param (g, m->params, m->tgt_emb_id), ids, n);
+  PsmTensor *x = psm_embedding (g, psm_param (g, m->params, m->tgt_emb_id), ids, R);
   InputEmbedFn input_embed = PSM_CLASS_HOOK (m->hk, input_embed);
-  if (input_embed) {
-    int32_t *words = psm_graph_alloc (g, 2 * (size_t) n * sizeof (int32_t)), *rows = words + n;
-    for (int r = 0; r < n; r++) {
-      rows[r] = r;
-      words[r] = tokens[r] < 0 ? m->info.bos_id : dec_word (d, r, tokens[r]);
-    }
-    x = input_embed (m->head, g, m->params, &d->ex, &d->bx, words, rows, n, x);
-  }
+  if (input_embed)
+    x = input_embed (m->head, g, m->params, &d->ex, &d->bb, words, rows, R, x);
   PsmDecStep st = { 0 };
   m->dk->step (m->dec, g, m->params, &d->ex, carry, x, &st);
-  if (psm_tensor_cols (st.carry) != d->carry_k || psm_tensor_rows (st.carry) != n) {
+  if (psm_tensor_cols (st.carry) != d->carry_k || psm_tensor_rows (st.carry) != R) {
     g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "decoder plugin returned a carry of [%d, %d], expected [%d, %d]",
-                 psm_tensor_rows (st.carry), psm_tensor_cols (st.carry), n, d->carry_k);
+                 psm_tensor_rows (st.carry), psm_tensor_cols (st.carry), R, d->carry_k);
+    g_free (row_of);
     return NULL;
   }
-  memcpy (d->carry, st.carry->data, st.carry->n * sizeof (float));
+  for (int j = 0; j < R; j++)
+    memcpy (d->carry + (size_t) row_of[j] * d->carry_k, st.carry->data + (size_t) j * d->carry_k,
+            d->carry_k * sizeof (float));
   gint64 t1 = g_get_monotonic_time ();
   d->t_dec += t1 - t0;
-  PsmDecOut o = { 1, n, NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL };
+  PsmDecOut o = { 1, R, NULL, NULL, NULL, NULL, NULL, 0, NULL, NULL };
 #define ONE_STEP(f)                                                               \
   if (st.f) {                                                                     \
-    int sh[3] = { 1, n, psm_tensor_cols (st.f) };                                 \
+    int sh[3] = { 1, R, psm_tensor_cols (st.f) };                                 \
     o.f = psm_tensor_reshape (g, st.f, 3, sh);                                    \
   }
   ONE_STEP (state) ONE_STEP (context) ONE_STEP (attn) ONE_STEP (coverage) ONE_STEP (input)
 #undef ONE_STEP
-  PsmTensor *sc = m->hk->scores (m->head, g, m->params, &d->ex, &o, &d->bx);
+  PsmTensor *sc = m->hk->scores (m->head, g, m->params, &d->ex, &o, &d->bb);
   if (d->record) {
+    /* by the search's rows, all n of them: NaN, -1 and 0 where not computed */
     PsmTensor *(*gate) (void *, PsmGraph *, PsmParams *, const PsmEncoding *, const PsmDecOut *, const PsmBatch *) =
       PSM_CLASS_HOOK (m->hk, gate);
-    PsmTensor *gt = gate ? gate (m->head, g, m->params, &d->ex, &o, &d->bx) : NULL;
-    for (int r = 0; r < n; r++) {
-      float v = gt ? gt->data[r] : NAN;
-      g_array_append_val (d->gate, v);
-    }
+    PsmTensor *gt = gate ? gate (m->head, g, m->params, &d->ex, &o, &d->bb) : NULL;
+    size_t at = d->gate->len;
+    g_array_set_size (d->gate, at + n);
+    float *gv = (float *) d->gate->data + at;
+    for (int r = 0; r < n; r++)
+      gv[r] = NAN;
+    for (int j = 0; j < R && gt; j++)
+      gv[row_of[j]] = gt->data[j];
     int A = m->attn_top, T = d->ex.T;
-    for (int r = 0; r < n && A > 0; r++) {
-      int32_t best[64];
-      int k = 0;
-      for (int i = 0; i < T && st.attn; i++) {
-        const float *a = st.attn->data + (size_t) r * T;
-        if (k == A && a[i] <= a[best[A - 1]])
-          continue;
-        int j = k < A ? k++ : A - 1;
-        while (j > 0 && a[best[j - 1]] < a[i]) {
-          best[j] = best[j - 1];
-          j--;
+    if (A > 0) {
+      at = d->top->len;
+      g_array_set_size (d->top, at + (size_t) n * A);
+      int32_t *tv = (int32_t *) d->top->data + at;
+      for (size_t i = 0; i < (size_t) n * A; i++)
+        tv[i] = -1;
+      for (int j = 0; j < R && st.attn; j++) {
+        int32_t *best = tv + (size_t) row_of[j] * A;
+        const float *a = st.attn->data + (size_t) j * T;
+        int k = 0;
+        for (int i = 0; i < T; i++) {
+          if (k == A && a[i] <= a[best[A - 1]])
+            continue;
+          int q = k < A ? k++ : A - 1;
+          while (q > 0 && a[best[q - 1]] < a[i]) {
+            best[q] = best[q - 1];
+            q--;
+          }
+          best[q] = i;
         }
-        best[j] = i;
       }
-      for (int j = k; j < A; j++)
-        best[j] = -1;
-      g_array_append_vals (d->top, best, A);
     }
     if (d->attn) {
       /* every step's full attention, zeros where the decoder has none */
-      size_t at = d->attn->len;
+      at = d->attn->len;
       g_array_set_size (d->attn, at + (size_t) n * T);
       float *dst = (float *) d->attn->data + at;
+      memset (dst, 0, (size_t) n * T * sizeof (float));
       if (st.attn && psm_tensor_cols (st.attn) == T)
-        memcpy (dst, st.attn->data, (size_t) n * T * sizeof (float));
-      else
-        memset (dst, 0, (size_t) n * T * sizeof (float));
+        for (int j = 0; j < R; j++)
+          memcpy (dst + (size_t) row_of[j] * T, st.attn->data + (size_t) j * T, T * sizeof (float));
     }
   }
+  g_free (row_of);
   *S = psm_tensor_cols (sc);
   d->t_head += g_get_monotonic_time () - t1;
   return sc->data;
-}
-
-/* Repeats every example's rows of x K times: rows (t, b) of a time-major
- * [T, B, C] (T = 1 for batch-major [B, C]) become (t, b K + k). */
-static PsmTensor *
-repeat_rows (PsmGraph *g, PsmTensor *x, int T, int B, int K)
-{
-  if (!x)
-    return NULL;
-  int32_t *rows = psm_graph_alloc (g, (size_t) T * B * K * sizeof (int32_t));
-  for (int t = 0; t < T; t++)
-    for (int i = 0; i < B * K; i++)
-      rows[(size_t) t * B * K + i] = t * B + i / K;
-  PsmTensor *y = psm_gather_rows (g, x, rows, T * B * K);
-  int shape[3] = { T, B * K, psm_tensor_cols (x) };
-  return x->ndim == 3 ? psm_tensor_reshape (g, y, 3, shape) : y;
-}
-
-static void *
-repeat_array (PsmGraph *g, const void *src, size_t elem, int T, int B, int K)
-{
-  if (!src)
-    return NULL;
-  char *dst = psm_graph_alloc (g, (size_t) T * B * K * elem);
-  for (int t = 0; t < T; t++)
-    for (int i = 0; i < B * K; i++)
-      memcpy (dst + ((size_t) t * B * K + i) * elem, (const char *) src + ((size_t) t * B + i / K) * elem, elem);
-  return dst;
 }
 
 /* Decodes batch b into hyps[0..B) (beam search as decode.* says). */
@@ -907,43 +1058,19 @@ static gboolean
 decode_batch (PsmModel *m, const PsmBatch *b, Dec *d, PsmHyp *hyps, GError **error)
 {
   PsmGraph *g = m->g;
-  int K = m->beam.beam, B = b->B, T = b->T;
-  PsmEncoding enc;
+  int K = m->beam.beam, B = b->B;
   gint64 t0 = g_get_monotonic_time ();
-  encode (m, g, b, &enc);
+  encode (m, g, b, &d->enc);
   d->m = m;
   d->orig = b;
   d->K = K;
   d->n = B * K;
-  PsmEncoding *ex = &d->ex;
-  *ex = enc;
-  ex->B = B * K;
-  ex->annotations = repeat_rows (g, enc.annotations, T, B, K);
-  ex->summary = repeat_rows (g, enc.summary, 1, B, K);
-  ex->memo = repeat_rows (g, enc.memo, T, B, K);
-  psm_graph_clear_repeats (m->gs);
-  if (K > 1 && enc.memo && ex->memo) {   /* the steps' attention reads the compact copies */
-    psm_graph_add_repeat (m->gs, ex->memo->data, enc.memo->data, K);
-    psm_graph_add_repeat (m->gs, ex->annotations->data, enc.annotations->data, K);
-  }
-  ex->mask = repeat_array (g, b->src_mask, sizeof (float), T, B, K);
-  ex->src = repeat_array (g, b->src, sizeof (int32_t), T, B, K);
-  ex->seg = repeat_array (g, b->src_seg, sizeof (int32_t), T, B, K);
-  PsmBatch *bx = &d->bx;
-  memset (bx, 0, sizeof *bx);
-  bx->size = sizeof *bx;
-  bx->B = bx->cap_B = B * K;
-  bx->T = bx->cap_T = T;
-  bx->Ty = bx->cap_Ty = 1;
-  bx->src = (int32_t *) ex->src;
-  bx->src_ext = repeat_array (g, b->src_ext, sizeof (int32_t), T, B, K);
-  bx->src_mask = (float *) ex->mask;
-  bx->src_seg = (int32_t *) ex->seg;
-  bx->ext_base = b->ext_base;
-  bx->oov_words = b->oov_words;
-  bx->n_cand = b->n_cand;   /* the candidates are the batch's, not per row */
-  bx->cand = b->cand;
-  bx->example_id = repeat_array (g, b->example_id, sizeof (int32_t), 1, B, K);
+  /* the source side of all the search's rows, for slot_token */
+  PsmEncoding ex_all;
+  source_rows (g, b, &d->enc, NULL, B, K, FALSE, &ex_all, &d->bx);
+  d->built = g_renew (int, d->built, MAX (B, 1));
+  d->n_built = -1;   /* nothing built for this batch */
+  d->per = 0;
   PsmBeamFns f = { dec_step, dec_word, d };
   d->t_enc += g_get_monotonic_time () - t0;
   gboolean ok = psm_beam_search (&m->beam, B, &f, hyps, error);
@@ -1065,7 +1192,7 @@ json_record (PsmModel *m, const PsmBatch *b, int bi, const PsmHyp *h, const Dec 
       json_string (line, m->tk->token_text (m->task, b, bi, PSM_AT (b->src_ext, b, t, bi)));
     }
   g_string_append (line, "]");
-  PsmTensor *imp = d->ex.importance;
+  PsmTensor *imp = d->enc.importance;
   if (imp && imp->ndim == 3 && imp->shape[0] == b->T && imp->shape[1] == b->B) {
     /* the encoder's per-token weights, each the mean over its units */
     int D = imp->shape[2];
@@ -1376,6 +1503,7 @@ eval_sequences (PsmModel *m, PsmSplit split, const PsmBatch *b, const PsmEvalOpt
     psm_hyp_clear (&hyps[i]);
   g_free (hyps);
   g_free (d.carry);
+  g_free (d.built);
   g_array_unref (d.gate);
   g_array_unref (d.top);
   if (d.attn)

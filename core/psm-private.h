@@ -299,6 +299,11 @@ extern gboolean psm_gru_packed;
  * few once it is full) by one vector compare against a float floor; tests
  * turn it off to compare (core/psm-decode.c). */
 extern gboolean psm_beam_floor;
+/* Tests: FALSE asks the scorer for every row at every step (as psm did
+ * before it skipped the first step's repeated beams and the rows of
+ * finished articles); psm_beam_rows counts the rows asked for. */
+extern gboolean psm_beam_skip_rows;
+extern long psm_beam_rows;
 /* That floor: x <= psm_beam_score_floor (last, logp) implies logp + x <= last. */
 float psm_beam_score_floor (double last, double logp);
 /* Panels holding n columns; n padded to them is psm_pack_panels (n) * PSM_PACK_NR. */
@@ -378,12 +383,18 @@ typedef struct {
 } PsmBeamConfig;
 
 typedef struct {
-  /* n = B * beam rows; row r continues row parents[r] of the previous step
-   * (NULL at the first) after emitting slot tokens[r] (-1: nothing yet, or
-   * a dead row). Returns log-scores [n, *S], valid until the next call;
-   * NULL with error set stops the search. */
-  const float *(*step) (void *ud, int n, const int32_t *parents, const int32_t *tokens, int *S,
-                        GError **error);
+  /* n = B * beam rows, article b owning rows [b beam, (b + 1) beam); row r
+   * continues row parents[r] of the previous step (NULL at the first)
+   * after emitting slot tokens[r] (-1: nothing yet, or a dead row). The
+   * rows wanted are [b beam, b beam + per) of the articles act[0..n_act)
+   * (ascending) that are still searching: per is 1 at the first step,
+   * where only row b beam is live, and beam after. Returns log-scores of
+   * *S columns whose row base[b] + k is row b beam + k, for the rows
+   * wanted (base[0..B) is the scorer's to set; it may score more rows than
+   * asked), valid until the next call; NULL with error set stops the
+   * search. A parent is always a row wanted at the previous step. */
+  const float *(*step) (void *ud, int n, const int32_t *parents, const int32_t *tokens, const int *act,
+                        int n_act, int per, int *base, int *S, GError **error);
   /* The word a slot of row stands for (n-gram blocking, no_unk); NULL: the slot. */
   int32_t (*word) (void *ud, int row, int32_t slot);
   void *ud;

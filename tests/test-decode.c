@@ -16,8 +16,10 @@ typedef struct {
   int K;
   int32_t hist[MAXN][MAXL], len[MAXN];
   int32_t nh[MAXN][MAXL], nlen[MAXN];
-  float scores[MAXN * S];
+  float scores[(MAXN + 1) * S];
+  gboolean was[MAXN];   /* the rows scored at the last step */
   int calls;
+  long asked;           /* rows asked for, all steps */
 } Toy;
 
 static void
@@ -37,11 +39,53 @@ toy_logp (int article, const int32_t *h, int len, float *out)
     out[s] -= (float) log (z);
 }
 
+/* The rows the search asks for at a step, checked against what it must
+ * ask: one row an article at the first step, every row of the articles
+ * still searching after (those that have a live row); a parent is a row
+ * asked for at the step before. Marks them in want[] (by the search's
+ * rows) and returns how many. */
+static int
+want_rows (int n, int K, const int32_t *parents, const int *act, int n_act, int per, const gboolean *was,
+           gboolean *want)
+{
+  ck_assert_int_eq (per, parents ? K : 1);
+  memset (want, 0, n * sizeof (gboolean));
+  for (int i = 0; i < n_act; i++) {
+    ck_assert (act[i] >= 0 && act[i] * K < n && (i == 0 || act[i] > act[i - 1]));
+    for (int k = 0; k < per; k++) {
+      int r = act[i] * K + k;
+      want[r] = TRUE;
+      ck_assert_msg (!parents || was[parents[r]], "row %d continues row %d, not scored at the step before", r,
+                     parents ? parents[r] : -1);
+    }
+  }
+  return n_act * per;
+}
+
+/* Where the toy scorers put article b's rows: after a row of poison (a
+ * score of 10, far above any real one, as in every row left over), the
+ * articles asked for in reverse order, so a search that read row r at
+ * r * S reads the poison or another article's scores. scores holds n + 1
+ * rows of Sn. */
+static void
+toy_layout (int n, const int *act, int n_act, int per, int *base, float *scores, int Sn)
+{
+  for (size_t i = 0; i < (size_t) (n + 1) * Sn; i++)
+    scores[i] = 10.0f;
+  for (int i = 0; i < n_act; i++)
+    base[act[i]] = 1 + (n_act - 1 - i) * per;
+}
+
 static const float *
-toy_step (void *ud, int n, const int32_t *parents, const int32_t *tokens, int *S_out, GError **error)
+toy_step (void *ud, int n, const int32_t *parents, const int32_t *tokens, const int *act, int n_act, int per,
+          int *base, int *S_out, GError **error)
 {
   Toy *t = ud;
+  gboolean want[MAXN];
+  t->asked += want_rows (n, t->K, parents, act, n_act, per, t->was, want);
   for (int r = 0; r < n; r++) {
+    if (!want[r])
+      continue;
     int p = parents ? parents[r] : r;
     t->nlen[r] = parents ? t->len[p] : 0;
     memcpy (t->nh[r], t->hist[p], sizeof t->hist[p]);
@@ -50,8 +94,11 @@ toy_step (void *ud, int n, const int32_t *parents, const int32_t *tokens, int *S
   }
   memcpy (t->hist, t->nh, sizeof t->hist);
   memcpy (t->len, t->nlen, sizeof t->len);
+  memcpy (t->was, want, sizeof want);
+  toy_layout (n, act, n_act, per, base, t->scores, S);
   for (int r = 0; r < n; r++)
-    toy_logp (r / t->K, t->hist[r], t->len[r], t->scores + r * S);
+    if (want[r])
+      toy_logp (r / t->K, t->hist[r], t->len[r], t->scores + (base[r / t->K] + r % t->K) * S);
   *S_out = S;
   t->calls++;
   return t->scores;
@@ -133,12 +180,14 @@ START_TEST (test_beam_exhaustive)
 }
 END_TEST
 
-/* Beam 1 is greedy: the best slot at every step. Beam 4 never scores below
- * greedy here (small enough that no hypothesis is cut early). */
+/* Beam 1 is greedy: the best slot at every step. The scorer is asked for
+ * an article's row only while it is searching: as many rows in all as the
+ * articles' steps. */
 START_TEST (test_greedy)
 {
   PsmBeamConfig c = { 1, 0, MAXL, 0, 0.0, 0, -1, FALSE };
   int B = 5;
+  long steps = 0;
   for (int b = 0; b < B; b++) {
     int32_t h[MAXL];
     int len = 0;
@@ -157,6 +206,7 @@ START_TEST (test_greedy)
       if (len == MAXL)
         break;
     }
+    steps += MIN (len + 1, MAXL);
     Toy *t = g_new0 (Toy, 1);
     t->K = 1;
     PsmBeamFns f = { toy_step, NULL, t };
@@ -170,6 +220,16 @@ START_TEST (test_greedy)
       psm_hyp_clear (&out[i]);
     g_free (t);
   }
+  Toy *t = g_new0 (Toy, 1);
+  t->K = 1;
+  PsmBeamFns f = { toy_step, NULL, t };
+  PsmHyp out[5] = { { 0 } };
+  ck_assert (psm_beam_search (&c, B, &f, out, NULL));
+  ck_assert_int_eq (t->asked, steps);
+  ck_assert_int_lt (steps, (long) t->calls * B);   /* some article finished before another */
+  for (int i = 0; i < B; i++)
+    psm_hyp_clear (&out[i]);
+  g_free (t);
 }
 END_TEST
 
@@ -186,15 +246,22 @@ END_TEST
 typedef struct {
   int K;
   int32_t hist[64][WL], len[64], nh[64][WL], nlen[64];
-  float scores[64 * WS];
+  float scores[65 * WS];
+  gboolean was[64];
   guint64 trace;   /* every step's parents and tokens, hashed */
 } Wide;
 
 static const float *
-wide_step (void *ud, int n, const int32_t *parents, const int32_t *tokens, int *S_out, GError **error)
+wide_step (void *ud, int n, const int32_t *parents, const int32_t *tokens, const int *act, int n_act, int per,
+           int *base, int *S_out, GError **error)
 {
   Wide *t = ud;
+  gboolean want[64];
+  ck_assert (n <= 64);
+  want_rows (n, t->K, parents, act, n_act, per, t->was, want);
   for (int r = 0; r < n; r++) {
+    if (!want[r])
+      continue;
     int p = parents ? parents[r] : r;
     t->trace = (t->trace ^ (guint64) (p * 131071 + (tokens[r] + 1))) * 1099511628211ull;
     t->nlen[r] = parents ? t->len[p] : 0;
@@ -204,7 +271,12 @@ wide_step (void *ud, int n, const int32_t *parents, const int32_t *tokens, int *
   }
   memcpy (t->hist, t->nh, sizeof t->hist);
   memcpy (t->len, t->nlen, sizeof t->len);
+  memcpy (t->was, want, sizeof want);
+  toy_layout (n, act, n_act, per, base, t->scores, WS);
   for (int r = 0; r < n; r++) {
+    if (!want[r])
+      continue;
+    float *row = t->scores + (size_t) (base[r / t->K] + r % t->K) * WS;
     guint32 x = 2166136261u ^ (guint32) (r / t->K * 7919);
     for (int i = 0; i < t->len[r]; i++)
       x = (x ^ (guint32) (t->hist[r][i] + 1)) * 16777619u;
@@ -218,7 +290,7 @@ wide_step (void *ud, int n, const int32_t *parents, const int32_t *tokens, int *
         v = -INFINITY;
       else if (y % 2027 == 0)
         v = INFINITY;
-      t->scores[(size_t) r * WS + s] = v;
+      row[s] = v;
     }
   }
   *S_out = WS;
@@ -299,7 +371,8 @@ START_TEST (test_beam_floor)
 END_TEST
 
 static const float *
-fail_step (void *ud, int n, const int32_t *parents, const int32_t *tokens, int *S_out, GError **error)
+fail_step (void *ud, int n, const int32_t *parents, const int32_t *tokens, const int *act, int n_act, int per,
+           int *base, int *S_out, GError **error)
 {
   g_set_error (error, G_FILE_ERROR, G_FILE_ERROR_FAILED, "scorer failed");
   return NULL;

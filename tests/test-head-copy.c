@@ -364,6 +364,61 @@ START_TEST (test_hook_in_model)
 }
 END_TEST
 
+/* Decoding computes only the hypotheses it extends (one an article at the
+ * first step, then the beams of the articles still searching, their rows
+ * moved together as articles stop): the same outputs, bit for bit, as
+ * computing every row at every step, over a batch of articles that stop
+ * at different steps, with the copy head reading each article's compact
+ * annotations and feeding copied words back. */
+START_TEST (test_rows_skipped)
+{
+  PsmPipeline *pl;
+  PsmModel *m = make_model ("", &pl);
+  PsmRng rng;
+  psm_rng_seed (&rng, 5);
+  GError *e = NULL;
+  ck_assert_msg (psm_model_train_batch (m, 4, &rng, &e), "%s", e ? e->message : "");
+  float *wk = param (m, "head.copy.w");
+  for (int i = 0; i < 4 * 4; i++)
+    wk[i] *= 8.0f;
+  PsmDecodeSettings ds = { 3, 1, 9 };
+  ck_assert (psm_model_set_decode (m, &ds, NULL));
+  const char *texts[] = { "zork ate the fish .", "the cat", "blip saw the cat . the fish saw blip", "fish",
+                          "the the the cat ate", "zork zork blip", "cat saw fish . zork ate", "blip" };
+  int n = G_N_ELEMENTS (texts);
+  char *out[2];
+  long rows[2];
+  for (int skip = 0; skip < 2; skip++) {
+    size_t len = 0;
+    FILE *js = open_memstream (&out[skip], &len);
+    PsmEvalOptions opt = { 0 };
+    opt.json = js;
+    psm_beam_skip_rows = skip;
+    long r0 = psm_beam_rows;
+    gboolean ok = psm_model_decode_texts (m, texts, n, &opt, &e);
+    rows[skip] = psm_beam_rows - r0;
+    psm_beam_skip_rows = TRUE;
+    ck_assert_msg (ok, "%s", e ? e->message : "");
+    fclose (js);
+  }
+  ck_assert_str_eq (out[1], out[0]);
+  /* lengths 1..9: some articles stopped before others (the first step alone saves n (beam - 1) rows) */
+  ck_assert_msg (rows[0] - rows[1] > n * 2, "rows scored: %ld of every row, %ld skipping", rows[0], rows[1]);
+  int lens[10] = { 0 }, distinct = 0;
+  for (const char *p = out[1]; (p = strstr (p, "\"tokens\": [")); p++) {
+    int k = *(p + 11) == ']' ? 0 : 1;
+    for (const char *q = p + 11; *q != ']'; q++)
+      k += *q == ',';
+    distinct += k <= 9 && !lens[k]++;
+  }
+  ck_assert_msg (distinct >= 2, "all outputs of one length: %s", out[1]);
+  free (out[0]);
+  free (out[1]);
+  psm_model_free (m);
+  psm_pipeline_free (pl);
+}
+END_TEST
+
 int
 main (void)
 {
@@ -376,6 +431,7 @@ main (void)
   tcase_add_test (tc, test_input_embed);
   tcase_add_test (tc, test_needs_attention);
   tcase_add_test (tc, test_hook_in_model);
+  tcase_add_test (tc, test_rows_skipped);
   suite_add_tcase (s, tc);
   return psm_test_run (s);
 }

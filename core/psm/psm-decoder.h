@@ -4,8 +4,12 @@
  * K may depend on the source length T (a coverage vector is part of it).
  * The core runs the loop: teacher-forced over the Ty target steps in
  * training (inputs batch->dec_in), and greedy or beam search in decoding,
- * where the rows of the encoding are repeated per beam. A step's outputs
- * are copied into the time-major PsmDecOut the head sees.
+ * where the rows of the encoding are those of the hypotheses the search
+ * extends at that step: one an article at the first step, then one a beam
+ * of each article still searching. The number of rows can change from one
+ * step to the next, and a row's tensors can move between steps: keep
+ * nothing from one step to the next but the carry. A step's outputs are
+ * copied into the time-major PsmDecOut the head sees.
  * Pipelines without a decoder (the rarest-word task) hand the head the
  * encoder summary as a single step. */
 #ifndef PSM_DECODER_H
