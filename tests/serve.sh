@@ -56,6 +56,7 @@ expect_status 400 "a JSON array: 400" 'must be a JSON object' '["text"]'
 expect_status 400 "two JSON values: 400 (json-glib alone would take the first)" 'must be one JSON object' \
   '{"text": "a b"} {"text": "c"}'
 expect_status 400 "a value before the object: 400" 'must be one JSON object' '1 {"text": "a b"}'
+expect_status 400 "a malformed \\u escape: 400" 'a string escape JSON does not have' '{"text": "a \u0"0a b"}'
 expect_status 400 "an empty body: 400" '"error": "the body' ''
 expect_status 400 "no text: 400" '\\"text\\" (a string) is required' '{"beam": 2}'
 expect_status 400 "an empty text: 400" 'is empty' '{"text": "   "}'

@@ -64,6 +64,14 @@ echo '{"tokens": ["a"], "source": ["b"], "reference": "a"}{}' > "$tmp/bad3.jsonl
 expect 1 "a record with a second value after it" "bad3.jsonl:1: text after the record's closing brace" -- "$run" view "$tmp/bad3.jsonl"
 echo '1 {"tokens": ["a"], "source": ["b"], "reference": "a"}' > "$tmp/bad3.jsonl"
 expect 1 "a record after another value" "bad3.jsonl:1: not a JSON object" -- "$run" view "$tmp/bad3.jsonl"
+# json-glib reads \u0 and the quote after it as an escape, where the
+# string ends for JSON (the view_record fuzzer: UBSan, arithmetic on NULL)
+printf '%s\n' '{"tokens": ["a"], "source": ["b"], "reference": "a \u0"0a b"}' > "$tmp/bad3.jsonl"
+expect 1 "a malformed \\u escape" 'bad3.jsonl:1: a string escape JSON does not have' -- "$run" view "$tmp/bad3.jsonl"
+printf '%s\n' '{"tokens": ["a"], "source": ["b"], "reference": "a \q"}' > "$tmp/bad3.jsonl"
+expect 1 "an escape JSON does not have" 'bad3.jsonl:1: a string escape JSON does not have' -- "$run" view "$tmp/bad3.jsonl"
+printf '%s\n' '{"tokens": ["a\u00e9\"\\/\b\f\n\r\t"], "source": ["b"], "reference": "a"}' > "$tmp/ok3.jsonl"
+expect 0 "every escape JSON has" "1 example " -- "$run" view "$tmp/ok3.jsonl"
 mkdir "$tmp/empty"
 expect 1 "a run never decoded with --json: what to do" "decode with --json first" -- "$run" view "$tmp/empty"
 expect 2 "view without a run" "expected one run folder or .jsonl file" -- "$run" view

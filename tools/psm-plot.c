@@ -84,10 +84,11 @@ read_run (const char *dir, Run *r, GError **error)
     if (!*g_strstrip (lines[i]))
       continue;
     GError *e = NULL;
-    if (!psm_json_one_value (lines[i], strlen (lines[i])) || !json_parser_load_from_data (p, lines[i], -1, &e) ||
+    const char *not_one = psm_json_one_value_why (lines[i], strlen (lines[i]));
+    if (not_one || !json_parser_load_from_data (p, lines[i], -1, &e) ||
         !JSON_NODE_HOLDS_OBJECT (json_parser_get_root (p))) {
       g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA, "%s:%d: not a JSON object%s%s", path, i + 1,
-                   e ? ": " : "", e ? e->message : "");
+                   not_one || e ? ": " : "", not_one ? not_one : e ? e->message : "");
       g_clear_error (&e);
       ok = FALSE;
       break;

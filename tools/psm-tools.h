@@ -38,14 +38,19 @@ char *psm_view_record (const char *line, PsmRougeScorer *r, double sum[3], int *
 /* Past the first JSON value of text[0..len) (after blanks), by its
  * lexical shape alone: an object or array to its matching bracket
  * (strings and their escapes skipped), a string to its closing quote, a
- * number or literal to its last character; NULL when the text is blank or
- * ends inside that value. json-glib 1.6 reads every value of a text, keeps
- * the first as the root and loses the others (a leak: "{...}{}" parses as
- * its first object), so each reader below refuses a text with anything
- * after its first value before json-glib sees it (psm_json_one_value). */
+ * number or literal to its last character; NULL when the text is blank,
+ * ends inside that value or has a string escape JSON does not have.
+ * json-glib 1.6 reads every value of a text, keeps the first as the root
+ * and loses the others (a leak: "{...}{}" parses as its first object), so
+ * each reader below refuses a text with anything after its first value
+ * before json-glib sees it (psm_json_one_value_why). */
 const char *psm_json_first_value_end (const char *text, gsize len);
-/* FALSE if anything but blanks follows text's first JSON value. */
-gboolean psm_json_one_value (const char *text, gsize len);
+/* Why text is not one JSON value as far as its lexical shape shows:
+ * anything but blanks after its first value, or a string escape JSON does
+ * not have (json-glib reads some of those differently, so where the value
+ * ends would not be known); NULL when it is (or ends inside the value:
+ * json-glib then says what is wrong). */
+const char *psm_json_one_value_why (const char *text, gsize len);
 /* The body of POST /summarize: text (blank-free, one line) and the decode
  * settings (defaults where absent; beam <= max_beam, lengths <= max_len,
  * min_len <= max_len). FALSE with why (g_free) naming what is wrong. */

@@ -185,13 +185,18 @@ parse_record (JsonParser *p, const char *line, char **why)
     *why = g_strdup ("not a JSON object");
     return NULL;
   }
-  if (!psm_json_one_value (line, strlen (line))) {
-    *why = g_strdup ("text after the record's closing brace");
+  const char *not_one = psm_json_one_value_why (line, strlen (line));
+  if (not_one) {
+    *why = g_strdup (strcmp (not_one, "text follows its first value") ? not_one : "text after the record's closing brace");
     return NULL;
   }
   if (!json_parser_load_from_data (p, line, -1, &e)) {
     *why = g_strdup_printf ("not JSON: %s", e->message);
     g_error_free (e);
+    return NULL;
+  }
+  if (!psm_json_first_value_end (line, strlen (line))) {   /* json-glib took what does not close as JSON */
+    *why = g_strdup ("not JSON: the record does not close");
     return NULL;
   }
   JsonObject *o = json_node_get_object (json_parser_get_root (p));   /* (an object: it starts with '{') */
