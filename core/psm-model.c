@@ -856,28 +856,32 @@ source_rows (PsmGraph *g, const PsmBatch *b, const PsmEncoding *enc, const int *
   bx->example_id = array_for (g, b->example_id, sizeof (int32_t), 1, B, act, na, per);
 }
 
-/* Keeps rows from[0..R) (ascending) of each of T blocks of Rold rows of
- * elem bytes, in place: block t becomes rows [t R, (t + 1) R). (A row never
- * moves up, and moves before any row below it is overwritten.) */
+/* Keeps, in place, per rows of each of the articles at positions
+ * from[0..na) (ascending) of T blocks of n_old articles' rows of elem
+ * bytes each: block t becomes rows [t R, (t + 1) R), R = na per, its row j
+ * the old (t, from[j / per] per + j % per). (A row never moves up, and
+ * moves before any row below it is overwritten.) */
 static void
-keep_rows (void *data, size_t elem, int T, int Rold, const int32_t *from, int R)
+keep_rows (void *data, size_t elem, int T, int n_old, const int32_t *from, int na, int per)
 {
   char *p = data;
+  int R = na * per, Rold = n_old * per;
   for (int t = 0; t < T && p; t++)
     for (int j = 0; j < R; j++)
-      memmove (p + ((size_t) t * R + j) * elem, p + ((size_t) t * Rold + from[j]) * elem, elem);
+      memmove (p + ((size_t) t * R + j) * elem, p + ((size_t) t * Rold + from[j / per] * per + j % per) * elem,
+               elem);
 }
 
-/* The same for a tensor of T blocks of Rold rows: [T, R, C], or [R, C]. */
+/* The same for a tensor of T blocks: [T, R, C], or [R, C]. */
 static void
-keep_tensor_rows (PsmTensor *x, int T, int Rold, const int32_t *from, int R)
+keep_tensor_rows (PsmTensor *x, int T, int n_old, const int32_t *from, int na, int per)
 {
   if (!x)
     return;
   int C = psm_tensor_cols (x);
-  keep_rows (x->data, C * sizeof (float), T, Rold, from, R);
-  x->shape[x->ndim == 3 ? 1 : 0] = R;
-  x->n = (size_t) T * R * C;
+  keep_rows (x->data, C * sizeof (float), T, n_old, from, na, per);
+  x->shape[x->ndim == 3 ? 1 : 0] = na * per;
+  x->n = (size_t) T * na * per * C;
 }
 
 /* Makes the built rows per rows of each article act[0..na). At the first
@@ -896,27 +900,25 @@ build_rows (Dec *d, const int *act, int na, int per)
   const PsmBatch *b = d->orig;
   int T = b->T;
   if (per == d->per && na < d->n_built) {
-    int Rold = d->n_built * per, R = na * per;
-    int32_t *from = g_new (int32_t, R + na), *from1 = from + R;
+    int nb = d->n_built;
+    int32_t *from = g_new (int32_t, na);   /* the articles' positions among those built */
     for (int i = 0, o = 0; i < na; i++) {
-      while (o < d->n_built && d->built[o] != act[i])
+      while (o < nb && d->built[o] != act[i])
         o++;
-      g_assert (o < d->n_built);   /* the search's articles only ever finish */
-      from1[i] = o;
-      for (int k = 0; k < per; k++)
-        from[i * per + k] = o * per + k;
+      g_assert (o < nb);   /* the search's articles only ever finish */
+      from[i] = o;
     }
-    keep_tensor_rows (d->ex.annotations, T, Rold, from, R);
-    keep_tensor_rows (d->ex.summary, 1, Rold, from, R);
-    keep_tensor_rows (d->ex.memo, T, Rold, from, R);
-    keep_rows ((void *) d->ex.mask, sizeof (float), T, Rold, from, R);
-    keep_rows ((void *) d->ex.src, sizeof (int32_t), T, Rold, from, R);
-    keep_rows ((void *) d->ex.seg, sizeof (int32_t), T, Rold, from, R);
-    keep_rows (d->bb.src_ext, sizeof (int32_t), T, Rold, from, R);
-    keep_rows (d->bb.example_id, sizeof (int32_t), 1, Rold, from, R);
-    keep_tensor_rows (d->c_memo, T, d->n_built, from1, na);
-    keep_tensor_rows (d->c_ann, T, d->n_built, from1, na);
-    d->ex.B = d->bb.B = d->bb.cap_B = R;
+    keep_tensor_rows (d->ex.annotations, T, nb, from, na, per);
+    keep_tensor_rows (d->ex.summary, 1, nb, from, na, per);
+    keep_tensor_rows (d->ex.memo, T, nb, from, na, per);
+    keep_rows ((void *) d->ex.mask, sizeof (float), T, nb, from, na, per);
+    keep_rows ((void *) d->ex.src, sizeof (int32_t), T, nb, from, na, per);
+    keep_rows ((void *) d->ex.seg, sizeof (int32_t), T, nb, from, na, per);
+    keep_rows (d->bb.src_ext, sizeof (int32_t), T, nb, from, na, per);
+    keep_rows (d->bb.example_id, sizeof (int32_t), 1, nb, from, na, per);
+    keep_tensor_rows (d->c_memo, T, nb, from, na, 1);
+    keep_tensor_rows (d->c_ann, T, nb, from, na, 1);
+    d->ex.B = d->bb.B = d->bb.cap_B = na * per;
     g_free (from);
   } else {
     gboolean all = na == b->B;
@@ -946,13 +948,13 @@ dec_step (void *ud, int n, const int32_t *parents, const int32_t *tokens, const 
   gint64 t0 = g_get_monotonic_time ();
   if (n_act != d->n_built || per != d->per || memcmp (act, d->built, n_act * sizeof (int)) != 0)
     build_rows (d, act, n_act, per);
+  psm_graph_reset (g);
   int R = n_act * per, K = d->K;
-  int32_t *row_of = g_new (int32_t, MAX (R, 1));   /* built row -> the search's row */
+  int32_t *row_of = psm_graph_alloc (g, MAX (R, 1) * sizeof (int32_t));   /* built row -> the search's row */
   for (int j = 0; j < R; j++)
     row_of[j] = act[j / per] * K + j % per;
   for (int i = 0; i < n_act; i++)
     base[act[i]] = i * per;
-  psm_graph_reset (g);
   PsmTensor *carry;
   if (!parents) {
     carry = m->dk->init (m->dec, g, m->params, &d->ex);
@@ -984,7 +986,6 @@ dec_step (void *ud, int n, const int32_t *parents, const int32_t *tokens, const 
   if (psm_tensor_cols (st.carry) != d->carry_k || psm_tensor_rows (st.carry) != R) {
     g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "decoder plugin returned a carry of [%d, %d], expected [%d, %d]",
                  psm_tensor_rows (st.carry), psm_tensor_cols (st.carry), R, d->carry_k);
-    g_free (row_of);
     return NULL;
   }
   for (int j = 0; j < R; j++)
@@ -1047,7 +1048,6 @@ dec_step (void *ud, int n, const int32_t *parents, const int32_t *tokens, const 
           memcpy (dst + (size_t) row_of[j] * T, st.attn->data + (size_t) j * T, T * sizeof (float));
     }
   }
-  g_free (row_of);
   *S = psm_tensor_cols (sc);
   d->t_head += g_get_monotonic_time () - t1;
   return sc->data;
