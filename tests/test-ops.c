@@ -1271,7 +1271,10 @@ END_TEST
  * w_c [A], coverage [B,T], values [T,B,H]; c->which = 1 uses coverage ---- */
 #define AT 6
 #define AB 4
-#define AA 5
+/* AA = 59 features: with vectors of 8 (AVX2) 3 passes of 16, one of 8 and 3
+ * scalar; of 16 (AVX-512) one of 32, one of 16 and 11 scalar: every loop
+ * of the op's feature sums runs (attention.c, aa_energy) */
+#define AA 59
 #define AH 3
 
 static PsmTensor *

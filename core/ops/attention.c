@@ -7,6 +7,9 @@
 #include <string.h>
 #include "psm-private.h"
 #include "fastmath.h"
+#if defined (__SSE__)
+#include <immintrin.h>
+#endif
 
 PsmTensor *
 psm_attend (PsmGraph *g, PsmTensor *a, PsmTensor *v)
@@ -82,6 +85,97 @@ typedef struct {
 
 #define AA_PAR(B, T, A) ((long) (B) * (T) * (A) >= 32768)
 #define AA_BLOCK 4   /* source positions per pass of the backward (attn_backward_block) */
+
+/* The loops over the A features in vectors of AV floats, written out: GCC
+ * vectorised psm_fast_tanhf's clamp as compares and blends on the result
+ * (six of the loop's 27 instructions, on the multiply-add pipes), where one
+ * max and one min do. Lane by lane the arithmetic is psm_fast_tanhf's; the
+ * features past the last whole vector take the scalar loop. */
+#define AV PSM_PACK_VL
+typedef float av __attribute__ ((vector_size (AV * 4), aligned (4)));
+
+static inline av
+av_load (const float *p)
+{
+  return *(const av *) p;
+}
+
+static inline void
+av_store (float *p, av x)
+{
+  *(av *) p = x;
+}
+
+static inline av
+av_clamp9 (av x)
+{
+#if AV == 16
+  return (av) _mm512_min_ps (_mm512_max_ps ((__m512) x, _mm512_set1_ps (-9.0f)), _mm512_set1_ps (9.0f));
+#elif AV == 8
+  return (av) _mm256_min_ps (_mm256_max_ps ((__m256) x, _mm256_set1_ps (-9.0f)), _mm256_set1_ps (9.0f));
+#elif defined (__SSE__)
+  return (av) _mm_min_ps (_mm_max_ps ((__m128) x, _mm_set1_ps (-9.0f)), _mm_set1_ps (9.0f));
+#else
+  for (int l = 0; l < AV; l++)
+    x[l] = x[l] < -9.0f ? -9.0f : x[l] > 9.0f ? 9.0f : x[l];
+  return x;
+#endif
+}
+
+/* psm_fast_tanhf (fastmath.h) on AV lanes */
+static inline av
+av_tanh (av x)
+{
+  x = av_clamp9 (x);
+  av u = x * x;
+  av p = u * 1.3183782460e-08f + 2.0471521956e-05f;
+  p = p * u + 3.4865638677e-03f;
+  p = p * u + 1.3373182843e-01f;
+  p = p * u + 9.9999990642e-01f;
+  av q = u * 7.7024852712e-07f + 3.2713553403e-04f;
+  q = q * u + 2.5841911581e-02f;
+  q = q * u + 4.6706479724e-01f;
+  q = q * u + 1.0f;
+  return x * p / q;
+}
+
+static inline float
+av_sum (av x)
+{
+  float s = 0.0f;
+  for (int l = 0; l < AV; l++)
+    s += x[l];
+  return s;
+}
+
+/* e = v . tanh(k + q + w c), w NULL for no coverage term: two vectors of
+ * features a pass, so two chains of sums are in flight. */
+static inline __attribute__ ((always_inline)) float
+aa_energy (int A, const float *restrict k, const float *restrict q, const float *restrict v,
+           const float *restrict w, float c)
+{
+  av e0 = { 0 }, e1 = { 0 };
+  int j = 0;
+  for (; j + 2 * AV <= A; j += 2 * AV) {
+    av x0 = av_load (k + j) + av_load (q + j), x1 = av_load (k + j + AV) + av_load (q + j + AV);
+    if (w) {
+      x0 += av_load (w + j) * c;
+      x1 += av_load (w + j + AV) * c;
+    }
+    e0 += av_load (v + j) * av_tanh (x0);
+    e1 += av_load (v + j + AV) * av_tanh (x1);
+  }
+  for (; j + AV <= A; j += AV) {
+    av x = av_load (k + j) + av_load (q + j);
+    if (w)
+      x += av_load (w + j) * c;
+    e0 += av_load (v + j) * av_tanh (x);
+  }
+  float e = av_sum (e0 + e1);
+  for (; j < A; j++)
+    e += v[j] * psm_fast_tanhf (k[j] + q[j] + (w ? w[j] * c : 0.0f));
+  return e;
+}
 #define AA_AHEAD 2   /* positions prefetched ahead */
 
 /* A row's keys or values at consecutive positions lie B rows apart (8 KB
@@ -122,17 +216,8 @@ attn_forward_grouped (int T, int B, int G, int A, int H, const float *Kc, const 
           continue;
         }
         const float *qb = qd + (size_t) r * A;
-        float c = cov ? cov[(size_t) r * T + i] : 0.0f, e = 0.0f;
-        if (wc) {
-#pragma omp simd reduction (+:e)
-          for (int j = 0; j < A; j++)
-            e += vd[j] * psm_fast_tanhf (k[j] + qb[j] + wc[j] * c);
-        } else {
-#pragma omp simd reduction (+:e)
-          for (int j = 0; j < A; j++)
-            e += vd[j] * psm_fast_tanhf (k[j] + qb[j]);
-        }
-        a[(size_t) r * T + i] = e;
+        a[(size_t) r * T + i] = wc ? aa_energy (A, k, qb, vd, wc, cov[(size_t) r * T + i])
+                                   : aa_energy (A, k, qb, vd, NULL, 0.0f);
       }
     }
     for (int r = r0; r < r0 + G; r++) {
@@ -208,16 +293,7 @@ psm_additive_attention (PsmGraph *g, PsmTensor *keys, PsmTensor *query, PsmTenso
       const float *k = Kd + ((size_t) i * B + b) * A;
       if (i + AA_AHEAD < T)
         prefetch_row (k + (size_t) AA_AHEAD * B * A, A, FALSE);
-      float c = cov ? cov[(size_t) b * T + i] : 0.0f, e = 0.0f;
-      if (wc) {
-#pragma omp simd reduction (+:e)
-        for (int j = 0; j < A; j++)
-          e += vd[j] * psm_fast_tanhf (k[j] + qb[j] + wc[j] * c);
-      } else {
-#pragma omp simd reduction (+:e)
-        for (int j = 0; j < A; j++)
-          e += vd[j] * psm_fast_tanhf (k[j] + qb[j]);
-      }
+      float e = wc ? aa_energy (A, k, qb, vd, wc, cov[(size_t) b * T + i]) : aa_energy (A, k, qb, vd, NULL, 0.0f);
       ab[i] = e;
       m = MAX (m, e);
     }
@@ -294,9 +370,28 @@ attn_backward_block (int n, const int *pos, const float *dei, int b, int B, int 
   const float *restrict k0 = k[0], *restrict k1 = k[1], *restrict k2 = k[2], *restrict k3 = k[3];
   float *restrict d0 = dk[0], *restrict d1 = dk[1], *restrict d2 = dk[2], *restrict d3 = dk[3];
   float c0 = c[0], c1 = c[1], c2 = c[2], c3 = c[3], e0 = e[0], e1 = e[1], e2 = e[2], e3 = e[3];
-  float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-#pragma omp simd reduction (+:s0, s1, s2, s3)
-  for (int j = 0; j < A; j++) {
+  av vs0 = { 0 }, vs1 = { 0 }, vs2 = { 0 }, vs3 = { 0 };
+  int j = 0;
+  for (; j + AV <= A; j += AV) {
+    av q = av_load (qb + j), w = av_load (wc + j), v = av_load (vd + j);
+    av z0 = av_tanh (av_load (k0 + j) + q + w * c0), z1 = av_tanh (av_load (k1 + j) + q + w * c1);
+    av z2 = av_tanh (av_load (k2 + j) + q + w * c2), z3 = av_tanh (av_load (k3 + j) + q + w * c3);
+    av p0 = e0 * v * (1.0f - z0 * z0), p1 = e1 * v * (1.0f - z1 * z1);
+    av p2 = e2 * v * (1.0f - z2 * z2), p3 = e3 * v * (1.0f - z3 * z3);
+    av_store (d0 + j, av_load (d0 + j) + p0);
+    av_store (d1 + j, av_load (d1 + j) + p1);
+    av_store (d2 + j, av_load (d2 + j) + p2);
+    av_store (d3 + j, av_load (d3 + j) + p3);
+    av_store (dv + j, av_load (dv + j) + ((e0 * z0 + e1 * z1) + (e2 * z2 + e3 * z3)));
+    av_store (dq + j, av_load (dq + j) + ((p0 + p1) + (p2 + p3)));
+    av_store (dwc + j, av_load (dwc + j) + ((p0 * c0 + p1 * c1) + (p2 * c2 + p3 * c3)));
+    vs0 += p0 * w;
+    vs1 += p1 * w;
+    vs2 += p2 * w;
+    vs3 += p3 * w;
+  }
+  float s0 = av_sum (vs0), s1 = av_sum (vs1), s2 = av_sum (vs2), s3 = av_sum (vs3);
+  for (; j < A; j++) {   /* the features past the last whole vector */
     float q = qb[j], w = wc[j], v = vd[j];
     float z0 = psm_fast_tanhf (k0[j] + q + w * c0), z1 = psm_fast_tanhf (k1[j] + q + w * c1);
     float z2 = psm_fast_tanhf (k2[j] + q + w * c2), z3 = psm_fast_tanhf (k3[j] + q + w * c3);
