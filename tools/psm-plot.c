@@ -84,7 +84,8 @@ read_run (const char *dir, Run *r, GError **error)
     if (!*g_strstrip (lines[i]))
       continue;
     GError *e = NULL;
-    const char *not_one = psm_json_one_value_why (lines[i], strlen (lines[i]));
+    PsmJsonShape shape = psm_json_shape (lines[i], strlen (lines[i]));
+    const char *not_one = shape != PSM_JSON_ONE_VALUE ? psm_json_shape_message (shape) : NULL;
     if (not_one || !json_parser_load_from_data (p, lines[i], -1, &e) ||
         !JSON_NODE_HOLDS_OBJECT (json_parser_get_root (p))) {
       g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA, "%s:%d: not a JSON object%s%s", path, i + 1,

@@ -78,16 +78,29 @@ psm_json_first_value_end (const char *text, gsize len)
   return first_value_end (text, len, &bad);
 }
 
-const char *
-psm_json_one_value_why (const char *text, gsize len)
+PsmJsonShape
+psm_json_shape (const char *text, gsize len)
 {
   gboolean bad;
   const char *c = first_value_end (text, len, &bad), *end = text + len;
   if (bad)
-    return "a string escape JSON does not have (a backslash takes one of \"\\/bfnrt, or u and four hex digits)";
+    return PSM_JSON_BAD_ESCAPE;
   while (c && c < end && *c && strchr (BLANKS, *c))
     c++;
-  return !c || c == end || !*c ? NULL : "text follows its first value";
+  return !c || c == end || !*c ? PSM_JSON_ONE_VALUE : PSM_JSON_TRAILING_TEXT;
+}
+
+const char *
+psm_json_shape_message (PsmJsonShape shape)
+{
+  switch (shape) {
+  case PSM_JSON_TRAILING_TEXT:
+    return "text follows its first value";
+  case PSM_JSON_BAD_ESCAPE:
+    return "a string escape JSON does not have (a backslash takes one of \"\\/bfnrt, or u and four hex digits)";
+  default:
+    return "one JSON value";
+  }
 }
 
 /* An integer member within [lo, hi], or the default; FALSE with a message. */
@@ -120,9 +133,9 @@ psm_serve_parse_request (const char *body, gsize len, const PsmDecodeSettings *d
   *text = NULL;
   *ds = *defaults;
   JsonNode *root = NULL;
-  const char *not_one = psm_json_one_value_why (body, len);
-  if (not_one) {
-    *why = g_strdup_printf ("the body must be one JSON object: {\"text\": \"...\"}; %s", not_one);
+  PsmJsonShape shape = psm_json_shape (body, len);
+  if (shape != PSM_JSON_ONE_VALUE) {
+    *why = g_strdup_printf ("the body must be one JSON object: {\"text\": \"...\"}; %s", psm_json_shape_message (shape));
   } else if (!json_parser_load_from_data (p, body, (gssize) len, &e)) {
     *why = g_strdup_printf ("the body is not JSON: %s", e->message);
     g_error_free (e);

@@ -43,14 +43,22 @@ char *psm_view_record (const char *line, PsmRougeScorer *r, double sum[3], int *
  * json-glib 1.6 reads every value of a text, keeps the first as the root
  * and loses the others (a leak: "{...}{}" parses as its first object), so
  * each reader below refuses a text with anything after its first value
- * before json-glib sees it (psm_json_one_value_why). */
+ * before json-glib sees it (psm_json_shape). */
 const char *psm_json_first_value_end (const char *text, gsize len);
-/* Why text is not one JSON value as far as its lexical shape shows:
- * anything but blanks after its first value, or a string escape JSON does
- * not have (json-glib reads some of those differently, so where the value
- * ends would not be known); NULL when it is (or ends inside the value:
- * json-glib then says what is wrong). */
-const char *psm_json_one_value_why (const char *text, gsize len);
+/* Whether text is one JSON value as far as its lexical shape shows:
+ * PSM_JSON_TRAILING_TEXT when anything but blanks follows its first value,
+ * PSM_JSON_BAD_ESCAPE when a string has an escape JSON does not have
+ * (json-glib reads some of those differently, so where the value ends
+ * would not be known); PSM_JSON_ONE_VALUE otherwise (also when the text
+ * ends inside the value: json-glib then says what is wrong).
+ * psm_json_shape_message says what is wrong in words. */
+typedef enum {
+  PSM_JSON_ONE_VALUE,
+  PSM_JSON_TRAILING_TEXT,
+  PSM_JSON_BAD_ESCAPE
+} PsmJsonShape;
+PsmJsonShape psm_json_shape (const char *text, gsize len);
+const char *psm_json_shape_message (PsmJsonShape shape);
 /* The body of POST /summarize: text (blank-free, one line) and the decode
  * settings (defaults where absent; beam <= max_beam, lengths <= max_len,
  * min_len <= max_len). FALSE with why (g_free) naming what is wrong. */

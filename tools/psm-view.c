@@ -185,9 +185,10 @@ parse_record (JsonParser *p, const char *line, char **why)
     *why = g_strdup ("not a JSON object");
     return NULL;
   }
-  const char *not_one = psm_json_one_value_why (line, strlen (line));
-  if (not_one) {
-    *why = g_strdup (strcmp (not_one, "text follows its first value") ? not_one : "text after the record's closing brace");
+  PsmJsonShape shape = psm_json_shape (line, strlen (line));
+  if (shape != PSM_JSON_ONE_VALUE) {
+    *why = g_strdup (shape == PSM_JSON_TRAILING_TEXT ? "text after the record's closing brace"
+                                                     : psm_json_shape_message (shape));
     return NULL;
   }
   if (!json_parser_load_from_data (p, line, -1, &e)) {
