@@ -126,17 +126,7 @@ av_clamp9 (av x)
 static inline av
 av_tanh (av x)
 {
-  x = av_clamp9 (x);
-  av u = x * x;
-  av p = u * 1.3183782460e-08f + 2.0471521956e-05f;
-  p = p * u + 3.4865638677e-03f;
-  p = p * u + 1.3373182843e-01f;
-  p = p * u + 9.9999990642e-01f;
-  av q = u * 7.7024852712e-07f + 3.2713553403e-04f;
-  q = q * u + 2.5841911581e-02f;
-  q = q * u + 4.6706479724e-01f;
-  q = q * u + 1.0f;
-  return x * p / q;
+  return PSM_TANH_RATIONAL (av, av_clamp9 (x));
 }
 
 static inline float
@@ -176,6 +166,7 @@ aa_energy (int A, const float *restrict k, const float *restrict q, const float 
     e += v[j] * psm_fast_tanhf (k[j] + q[j] + (w ? w[j] * c : 0.0f));
   return e;
 }
+
 #define AA_AHEAD 2   /* positions prefetched ahead */
 
 /* A row's keys or values at consecutive positions lie B rows apart (8 KB

@@ -45,24 +45,30 @@ psm_fast_sigmoidf (float x)
  * range reduction: the additive attention's 33 M tanh a decoder step cost
  * 35 % less than with 2 sigmoid(2x) - 1 (BENCHMARKS.md c). All coefficients
  * are positive, so Q >= 1 and nothing cancels. Float rounding takes |tanh|
- * to 1 + 1.2e-7 at most (clamping the result made GCC divide twice). */
+ * to 1 + 1.2e-7 at most (clamping the result made GCC divide twice).
+ * PSM_TANH_RATIONAL (T, x) is x P(x^2) / Q(x^2) for x already in [-9, 9],
+ * of type T: float here, a vector of floats in attention.c (the same
+ * arithmetic lane by lane). */
+#define PSM_TANH_RATIONAL(T, x)                                                \
+  ({                                                                           \
+    T x_ = (x), u_ = x_ * x_;                                                  \
+    T p_ = u_ * 1.3183782460e-08f + 2.0471521956e-05f;                         \
+    p_ = p_ * u_ + 3.4865638677e-03f;                                          \
+    p_ = p_ * u_ + 1.3373182843e-01f;                                          \
+    p_ = p_ * u_ + 9.9999990642e-01f;                                          \
+    T q_ = u_ * 7.7024852712e-07f + 3.2713553403e-04f;                         \
+    q_ = q_ * u_ + 2.5841911581e-02f;                                          \
+    q_ = q_ * u_ + 4.6706479724e-01f;                                          \
+    q_ = q_ * u_ + 1.0f;                                                       \
+    x_ * p_ / q_;                                                              \
+  })
+
 static inline float
 psm_fast_tanhf (float x)
 {
   x = x < -9.0f ? -9.0f : x;
   x = x > 9.0f ? 9.0f : x;
-  float u = x * x;
-  float p = 1.3183782460e-08f;
-  p = p * u + 2.0471521956e-05f;
-  p = p * u + 3.4865638677e-03f;
-  p = p * u + 1.3373182843e-01f;
-  p = p * u + 9.9999990642e-01f;
-  float q = 7.7024852712e-07f;
-  q = q * u + 3.2713553403e-04f;
-  q = q * u + 2.5841911581e-02f;
-  q = q * u + 4.6706479724e-01f;
-  q = q * u + 1.0f;
-  return x * p / q;
+  return PSM_TANH_RATIONAL (float, x);
 }
 
 /* log of a positive normal float: x = 2^e m with m in [sqrt(1/2), sqrt(2)),
