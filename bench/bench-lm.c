@@ -10,46 +10,18 @@
  * initial values (the speed does not depend on them). Prints words/s,
  * GEMM GFLOP/s and their share of this machine's sgemm 2048^3. */
 #include "config.h"
-#include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include "psm-private.h"
+#include "bench-common.h"
 
 static void
 die (GError *e)
 {
   fprintf (stderr, "bench-lm: %s\n", e->message);
   exit (1);
-}
-
-static double
-peak_rss_mb (void)
-{
-  struct rusage ru;
-  getrusage (RUSAGE_SELF, &ru);
-  return ru.ru_maxrss / 1024.0;
-}
-
-static double
-sgemm_peak (void)
-{
-  const int n = 2048;
-  float *a = malloc (sizeof (float) * n * n), *b = malloc (sizeof (float) * n * n), *c = malloc (sizeof (float) * n * n);
-  for (long i = 0; i < (long) n * n; i++)
-    a[i] = b[i] = (float) (i % 7) / 7.0f;
-  cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
-  gint64 t0 = g_get_monotonic_time ();
-  int it = 0;
-  do {
-    cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
-    it++;
-  } while (g_get_monotonic_time () - t0 < 1000000);
-  double gf = 2.0 * n * n * n * it / (1e-6 * (double) (g_get_monotonic_time () - t0)) / 1e9;
-  free (a); free (b); free (c);
-  return gf;
 }
 
 /* GEMM FLOPs a word, forward: the input projections and recurrences of L

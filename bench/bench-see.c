@@ -19,21 +19,12 @@
  * as psm-run would, vocabulary from ../shared/data/cnndm's training split,
  * parameters at their random initial values. */
 #include "config.h"
-#include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include "psm-private.h"
-
-static double
-peak_rss_mb (void)
-{
-  struct rusage ru;
-  getrusage (RUSAGE_SELF, &ru);
-  return ru.ru_maxrss / 1024.0;
-}
+#include "bench-common.h"
 
 static void
 die (GError *e)
@@ -87,27 +78,6 @@ gemm_flops (int B, int T, int TY, int V)
                    + 2 * H * A                                 /* W_s [h_t; c_t] */
                    + 3 * H * H + H * V + (3 * H + E);          /* V[s_t; h*_t], V', p_gen */
   return 3.0 * (enc + 2.0 * B * TY * dec_row);
-}
-
-/* This machine's sgemm peak as the issue measures it: 2048^3, the threads
- * psm uses, about a second. */
-static double
-sgemm_peak (void)
-{
-  const int n = 2048;
-  float *a = malloc (sizeof (float) * n * n), *b = malloc (sizeof (float) * n * n), *c = malloc (sizeof (float) * n * n);
-  for (long i = 0; i < (long) n * n; i++)
-    a[i] = b[i] = (float) (i % 7) / 7.0f;
-  cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
-  gint64 t0 = g_get_monotonic_time ();
-  int it = 0;
-  do {
-    cblas_sgemm (CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
-    it++;
-  } while (g_get_monotonic_time () - t0 < 1000000);
-  double gf = 2.0 * n * n * n * it / (1e-6 * (double) (g_get_monotonic_time () - t0)) / 1e9;
-  free (a); free (b); free (c);
-  return gf;
 }
 
 int
