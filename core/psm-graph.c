@@ -111,6 +111,8 @@ struct PsmGraph {
   gboolean grad;
   PsmProfile *prof;
   GPtrArray *deferred;   /* PsmDeferredValues *, until the next reset */
+  GPtrArray *bmajor;     /* PsmBatchMajor * (in the arena), until the next reset */
+  gboolean no_bmajor;    /* psm_graph_set_batch_major (g, FALSE) */
   const float *const_lo[4];   /* parameter blocks: [lo, hi) */
   const float *const_hi[4];
   int n_const;
@@ -211,6 +213,8 @@ psm_graph_free (PsmGraph *g)
   g_free (g->nodes);
   if (g->deferred)
     g_ptr_array_unref (g->deferred);
+  if (g->bmajor)
+    g_ptr_array_unref (g->bmajor);
   psm_graph_clear_packed (g);
   if (g->packed)
     g_array_unref (g->packed);
@@ -225,6 +229,8 @@ psm_graph_reset (PsmGraph *g)
   psm_graph_phase (g, PSM_PHASE_OTHER);
   if (g->deferred)
     g_ptr_array_set_size (g->deferred, 0);
+  if (g->bmajor)
+    g_ptr_array_set_size (g->bmajor, 0);
   if (!g->keep_packed)
     psm_graph_clear_packed (g);
 }
@@ -344,6 +350,39 @@ psm_graph_add_deferred_values (PsmGraph *g, const float *grad)
   d->steps = g_array_new (FALSE, FALSE, sizeof (const float *));
   g_ptr_array_add (g->deferred, d);
   return d;
+}
+
+PsmBatchMajor *
+psm_graph_batch_major (PsmGraph *g, const float *data, int T, int B, int C)
+{
+  for (guint i = 0; g->bmajor && data && i < g->bmajor->len; i++) {
+    PsmBatchMajor *e = g_ptr_array_index (g->bmajor, i);
+    if (e->data == data)
+      return e->T == T && e->B == B && e->C == C ? e : NULL;
+  }
+  return NULL;
+}
+
+PsmBatchMajor *
+psm_graph_add_batch_major (PsmGraph *g, const float *data)
+{
+  if (!g->bmajor)
+    g->bmajor = g_ptr_array_new ();
+  PsmBatchMajor *e = psm_arena_alloc0 (g->arena, sizeof *e);
+  e->data = data;
+  g_ptr_array_add (g->bmajor, e);
+  return e;
+}
+
+void psm_graph_set_batch_major (PsmGraph *g, gboolean on) { g->no_bmajor = !on; }
+gboolean psm_graph_batch_major_on (const PsmGraph *g) { return !g->no_bmajor; }
+
+float *
+psm_batch_major_grad (PsmGraph *g, PsmBatchMajor *e)
+{
+  if (!e->grad)
+    e->grad = psm_arena_alloc0 (g->arena, (size_t) e->T * e->B * e->C * sizeof (float));
+  return e->grad;
 }
 
 void psm_graph_set_grad (PsmGraph *g, gboolean enabled) { g->grad = enabled; }

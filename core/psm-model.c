@@ -563,6 +563,12 @@ encode (PsmModel *m, PsmGraph *g, const PsmBatch *b, PsmEncoding *enc)
   PsmTensor *(*prepare) (void *, PsmGraph *, PsmParams *, const PsmEncoding *) = m->dk ? PSM_CLASS_HOOK (m->dk, prepare) : NULL;
   if (prepare)
     enc->memo = prepare (m->dec, g, m->params, enc);
+  if (m->dk && enc->annotations && enc->annotations->grad && enc->annotations->ndim == 3) {
+    /* every decoder step's attention reads them: batch-major copies (psm-private.h) */
+    psm_attention_batch_major (g, enc->annotations);
+    if (enc->memo && enc->memo->ndim == 3)
+      psm_attention_batch_major (g, enc->memo);
+  }
 }
 
 /* The history of the current mode for B streams: allocated (empty) when

@@ -53,6 +53,7 @@ typedef enum {
   PSM_OP_NOISY_TANH,
   PSM_OP_LOGSUMEXP,
   PSM_OP_DOT_SCORES,
+  PSM_OP_BATCH_MAJOR,
   PSM_OP_COUNT
 } PsmOpKind;
 
@@ -161,6 +162,32 @@ void psm_defer_values_grad (PsmGraph *g, PsmTensor *values);
 PsmDeferredValues *psm_graph_deferred_values (PsmGraph *g, const float *grad);
 PsmDeferredValues *psm_graph_add_deferred_values (PsmGraph *g, const float *grad);
 
+/* Batch-major copies for the attention (core/ops/attention.c). Every decoder
+ * step's attention reads each example's keys and annotations at all T
+ * positions; time-major [T, B, C] puts consecutive positions of an example
+ * B C floats apart (32 KB at B 16, C 512), a stride the hardware prefetchers
+ * do not follow across pages. psm_attention_batch_major, called by the core
+ * on the annotations and the attention memo of a training graph, records a
+ * node that copies x into [B, T, C] once; the attention ops over x then read
+ * the copy, add their gradient into a [B, T, C] buffer of the entry, and the
+ * node's backward, which runs after all of theirs, adds that buffer into
+ * x's gradient. Cleared at every reset. */
+typedef struct {
+  const float *data;     /* x's data: the key */
+  const float *xgrad;    /* x's gradient, which the node's backward adds to */
+  float *bm;             /* [B, T, C] */
+  float *grad;           /* [B, T, C], zeroed when an op first needs it (psm_batch_major_grad); NULL before */
+  int T, B, C;
+} PsmBatchMajor;
+void psm_attention_batch_major (PsmGraph *g, PsmTensor *x);
+PsmBatchMajor *psm_graph_batch_major (PsmGraph *g, const float *data, int T, int B, int C);
+PsmBatchMajor *psm_graph_add_batch_major (PsmGraph *g, const float *data);
+float *psm_batch_major_grad (PsmGraph *g, PsmBatchMajor *e);
+/* On by default; off (for tests: the copies must change no result),
+ * psm_attention_batch_major makes none. */
+void psm_graph_set_batch_major (PsmGraph *g, gboolean on);
+gboolean psm_graph_batch_major_on (const PsmGraph *g);
+
 /* Packed weights for GEMMs of few rows (core/ops/matmul.c). OpenBLAS packs
  * its B operand on every call, which for the 16-row GEMMs of a decoder step
  * costs more than the product. A graph knows which memory holds parameters
@@ -237,6 +264,7 @@ PSM_DECLARE_BACKWARD (gru_seq);
 PSM_DECLARE_BACKWARD (lstm_cell);
 PSM_DECLARE_BACKWARD (lstm_seq);
 PSM_DECLARE_BACKWARD (defer_values);
+PSM_DECLARE_BACKWARD (batch_major);
 PSM_DECLARE_BACKWARD (attend);
 PSM_DECLARE_BACKWARD (additive_attention);
 PSM_DECLARE_BACKWARD (set_step);

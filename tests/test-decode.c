@@ -1,7 +1,12 @@
-/* test-decode.c — beam search against an exhaustive search. The scorer is a
- * toy model whose log-scores are a hash of the article and the whole
- * history; the test rebuilds each row's history from the parents the search
- * hands it, so a wrong reordering changes the scores and fails the test. */
+/* test-decode.c — the core's decoder loops. Beam search against an
+ * exhaustive search: the scorer is a toy model whose log-scores are a hash
+ * of the article and the whole history; the test rebuilds each row's
+ * history from the parents the search hands it, so a wrong reordering
+ * changes the scores and fails the test. And the teacher-forced loop inside
+ * whole models (encoder, attention decoder, head, as psm-run trains them):
+ * a finite-difference check of every parameter's gradient through what the
+ * core adds around the plugins (the values' deferred gradient, the
+ * attention's batch-major copies). */
 #include "config.h"
 #include <math.h>
 #include <string.h>
@@ -390,6 +395,99 @@ START_TEST (test_step_error)
 }
 END_TEST
 
+/* ---- the teacher-forced loop inside a model ---- */
+
+typedef struct {
+  PsmModel *m;
+  gboolean copies;
+} ModelFix;
+
+static PsmTensor *
+f_model (PsmGraph *g, void *ud)
+{
+  ModelFix *f = ud;
+  psm_graph_set_batch_major (g, f->copies);
+  return psm_model_loss (f->m, g, psm_model_batch (f->m));
+}
+
+/* every parameter's gradient, one backward pass */
+static float *
+model_grads (ModelFix *f, float *loss)
+{
+  PsmParams *p = psm_model_params (f->m);
+  memset (psm_params_grad (p), 0, psm_params_size (p) * sizeof (float));
+  PsmGraph *g = psm_graph_new ();
+  PsmTensor *l = f_model (g, f);
+  *loss = l->data[0];
+  psm_backward (g, l);
+  psm_graph_free (g);
+  return g_memdup2 (psm_params_grad (p), psm_params_size (p) * sizeof (float));
+}
+
+START_TEST (test_model_gradients)
+{
+  psm_test_plugin_env ();
+  /* three articles of different lengths (padding), an OOV to copy */
+  char *jl = psm_test_write_file ("tiny.jsonl",
+    "{\"id\": \"a\", \"article\": \"the cat sat on the mat . the dog ran .\", \"highlights\": \"cat sat on mat\"}\n"
+    "{\"id\": \"b\", \"article\": \"a dog ran to the zorblat .\", \"highlights\": \"dog ran\\nto the zorblat\"}\n"
+    "{\"id\": \"c\", \"article\": \"the mat was red and the cat was not . it sat .\", \"highlights\": \"the cat sat\"}\n");
+  static const char *models[] = {
+    /* See et al.: bi-LSTM, LSTM decoder with coverage, pointer-generator */
+    "encoder = { plugin = \"bilstm\"; hidden = 3; };\n"
+    "  decoder = { plugin = \"lstm_attn\"; hidden = 3; coverage = true; };\n"
+    "  head = { plugin = \"pointer_generator\"; cov_loss_wt = 1.0; };",
+    /* Bahdanau: bi-GRU, GRU decoder attending from s_(t-1), softmax */
+    "encoder = { plugin = \"bigru\"; hidden = 3; };\n"
+    "  decoder = { plugin = \"gru_attn\"; hidden = 3; };\n"
+    "  head = { plugin = \"softmax\"; };",
+  };
+  for (guint k = 0; k < G_N_ELEMENTS (models); k++) {
+    char *cfg = g_strdup_printf ("task = { plugin = \"cnndm\"; train = \"%s\"; valid = \"%s\"; vocab = 12; };\n"
+                                 "model = { embedding = { dim = 3; };\n  %s };\n"
+                                 "train = { batch = 3; seed = 5; };\nrun = { dir = \"%s/run%u\"; };\n",
+                                 jl, jl, models[k], psm_test_dir (), k);
+    char *path = psm_test_write_file ("model.cfg", cfg);
+    GError *e = NULL;
+    PsmPipeline *pl = psm_pipeline_load (path, NULL, &e);
+    ck_assert_msg (pl, "%s", e ? e->message : "");
+    ModelFix f = { psm_model_new (pl, FALSE, &e), TRUE };
+    ck_assert_msg (f.m, "%s", e ? e->message : "");
+    PsmRng rng;
+    psm_rng_seed (&rng, 7);
+    ck_assert_msg (psm_model_train_batch (f.m, 3, &rng, &e), "%s", e ? e->message : "");
+    ck_assert_int_gt (psm_model_batch (f.m)->T, 8);
+    /* weights of U(-0.6, 0.6), for gradients well above float rounding */
+    PsmParams *p = psm_model_params (f.m);
+    size_t np = psm_params_size (p);
+    psm_test_fill (psm_params_data (p), np, 0.6f, &rng);
+    /* the attention's batch-major copies change no bit of any gradient */
+    float l[2], *gr[2];
+    for (int on = 0; on < 2; on++) {
+      f.copies = on;
+      gr[on] = model_grads (&f, &l[on]);
+    }
+    ck_assert (l[0] == l[1] && isfinite (l[0]));
+    for (size_t i = 0; i < np; i++)
+      ck_assert_msg (gr[0][i] == gr[1][i], "model %u: gradient %zu: %.9g without the copies, %.9g with", k, i,
+                     gr[0][i], gr[1][i]);
+    g_free (gr[0]);
+    g_free (gr[1]);
+    /* finite differences, entry by entry (psm_test_gradcheck_directional) */
+    char *what = g_strdup_printf ("model %u", k);
+    psm_test_gradcheck_directional (FALSE);
+    psm_test_gradcheck_params (what, f_model, &f, p, 1e-2f, 2e-3, 2e-2, 60);
+    psm_test_gradcheck_directional (TRUE);
+    g_free (what);
+    psm_model_free (f.m);
+    psm_pipeline_free (pl);
+    g_free (path);
+    g_free (cfg);
+  }
+  g_free (jl);
+}
+END_TEST
+
 int
 main (void)
 {
@@ -401,5 +499,9 @@ main (void)
   tcase_add_test (tc, test_score_floor);
   tcase_add_test (tc, test_step_error);
   suite_add_tcase (s, tc);
+  TCase *tm = tcase_create ("model");
+  tcase_add_test (tm, test_model_gradients);
+  tcase_set_timeout (tm, 120);
+  suite_add_tcase (s, tm);
   return psm_test_run (s);
 }

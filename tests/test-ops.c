@@ -1286,6 +1286,10 @@ f_addattn (PsmGraph *g, void *ud)
   PsmTensor *values = in (g, c, 5), *sum = NULL;
   if (c->which & 2)   /* the values' gradient deferred to one GEMM, over three steps */
     psm_defer_values_grad (g, values);
+  if (c->which & 4) {   /* the ops read batch-major copies, as in the core's training graphs */
+    psm_attention_batch_major (g, values);
+    psm_attention_batch_major (g, in (g, c, 0));
+  }
   for (int s = 0; s < steps; s++) {
     PsmTensor *a, *ctx, *q = in (g, c, 1);
     if (s)
@@ -1325,7 +1329,7 @@ START_TEST (test_additive_attention)
 {
   PsmRng rng;
   psm_rng_seed (&rng, 13);
-  for (int which = 0; which < 4; which++) {
+  for (int which = 0; which < 8; which++) {
     int cov = which & 1;
     Case c = { 0 };
     c.which = which;
@@ -1357,8 +1361,9 @@ START_TEST (test_additive_attention)
     for (int k = 0; k < 6; k++) {
       if (!cov && (k == 3 || k == 4))
         continue;   /* no coverage: w_c and coverage are not inputs */
-      char *what = g_strdup_printf ("additive_attention%s%s input %d", cov ? " (coverage)" : "",
-                                    which & 2 ? " (3 steps, values' gradient deferred)" : "", k);
+      char *what = g_strdup_printf ("additive_attention%s%s%s input %d", cov ? " (coverage)" : "",
+                                    which & 2 ? " (3 steps, values' gradient deferred)" : "",
+                                    which & 4 ? " (batch-major copies)" : "", k);
       psm_test_gradcheck (what, f_addattn, &c, c.x[k], c.gx[k], n_of (&c, k), 1e-2f, ATOL, RTOL, 300);
       g_free (what);
     }
@@ -1367,6 +1372,66 @@ START_TEST (test_additive_attention)
 }
 END_TEST
 
+
+/* The batch-major copies (psm_attention_batch_major) change no result: the
+ * outputs and every input's gradient bit for bit those of the op over the
+ * time-major tensors, over three steps with coverage, with and without the
+ * values' gradient deferred; and the copies are read (a copy changed behind
+ * the op's back changes the output). */
+START_TEST (test_additive_attention_batch_major)
+{
+  PsmRng rng;
+  psm_rng_seed (&rng, 29);
+  for (int which = 1; which <= 3; which += 2) {
+    Case c = { 0 };
+    alloc_in (&c, 0, 3, AT, AB, AA, &rng, 1.0f);
+    alloc_in (&c, 1, 2, AB, AA, 0, &rng, 1.0f);
+    alloc_in (&c, 2, 1, AA, 0, 0, &rng, 1.0f);
+    alloc_in (&c, 3, 1, AA, 0, 0, &rng, 1.0f);
+    alloc_in (&c, 4, 2, AB, AT, 0, &rng, 1.0f);
+    alloc_in (&c, 5, 3, AT, AB, AH, &rng, 1.0f);
+    for (int t = 0; t < AT; t++)
+      for (int b = 0; b < AB; b++)
+        c.mask[t * AB + b] = (b == 1 && t >= 3) || b == 3 ? 0.0f : 1.0f;
+    float loss[2], *grads[2][6];
+    for (int bm = 0; bm < 2; bm++) {
+      c.which = which | (bm ? 4 : 0);
+      for (int k = 0; k < 6; k++)
+        memset (c.gx[k], 0, n_of (&c, k) * sizeof (float));
+      PsmGraph *g = psm_graph_new ();
+      PsmTensor *l = f_addattn (g, &c);
+      loss[bm] = l->data[0];
+      psm_backward (g, l);
+      psm_graph_free (g);
+      for (int k = 0; k < 6; k++)
+        grads[bm][k] = g_memdup2 (c.gx[k], n_of (&c, k) * sizeof (float));
+    }
+    ck_assert_msg (loss[0] == loss[1], "loss %.9g vs %.9g with the copies", loss[0], loss[1]);
+    for (int k = 0; k < 6; k++) {
+      ck_assert_msg (memcmp (grads[0][k], grads[1][k], n_of (&c, k) * sizeof (float)) == 0,
+                     "which %d: input %d's gradient differs with the copies", which, k);
+      g_free (grads[0][k]);
+      g_free (grads[1][k]);
+    }
+    /* the op reads the copy: change it after the copy is made */
+    PsmGraph *g = psm_graph_new ();
+    PsmTensor *keys = in (g, &c, 0), *a[2], *ctx;
+    for (int bm = 0; bm < 2; bm++) {
+      if (bm) {
+        psm_attention_batch_major (g, keys);
+        PsmBatchMajor *e = psm_graph_batch_major (g, keys->data, AT, AB, AA);
+        ck_assert (e != NULL);
+        e->bm[0] += 1.0f;   /* example 0, position 0, feature 0 */
+      }
+      psm_additive_attention (g, keys, in (g, &c, 1), in (g, &c, 2), in (g, &c, 3), in (g, &c, 4), in (g, &c, 5),
+                              c.mask, &a[bm], &ctx);
+    }
+    ck_assert (a[0]->data[0] != a[1]->data[0] && a[0]->data[AT] == a[1]->data[AT]);
+    psm_graph_free (g);
+    free_case (&c);
+  }
+}
+END_TEST
 
 /* Beams (decoding, no gradients): with the repeated keys and values noted as
  * repeats of compact ones (psm_graph_add_repeat), the op reads the compact
@@ -1637,6 +1702,7 @@ main (int argc, char **argv)
   tcase_add_test (tc, test_gather_cols);
   tcase_add_test (tc, test_additive_attention);
   tcase_add_test (tc, test_additive_attention_beams);
+  tcase_add_test (tc, test_additive_attention_batch_major);
   tcase_add_test (tc, test_dot_scores_beams);
   tcase_add_test (tc, test_pointer_ops);
   suite_add_tcase (s, tc);

@@ -81,6 +81,13 @@ psm_attend_backward (PsmNode *n)
 typedef struct {
   float *mask;   /* [T, B] copy, or NULL */
   PsmDeferredValues *defer;   /* the values' gradient is deferred (NULL: added here) */
+  /* Where the keys and values are read and their gradients added: the
+   * tensors themselves ([T, B, C]: position stride B C, row stride C) or
+   * their batch-major copies (psm_attention_batch_major: [B, T, C],
+   * position stride C, row stride T C). dK / dH NULL: no gradient. */
+  const float *K, *H;
+  float *dK, *dH;
+  size_t kps, krs, hps, hrs;
 } AddAttnSaved;
 
 #define AA_PAR(B, T, A) ((long) (B) * (T) * (A) >= 32768)
@@ -267,23 +274,42 @@ psm_additive_attention (PsmGraph *g, PsmTensor *keys, PsmTensor *query, PsmTenso
   int gk = 0, gv = 0;
   const float *Kc = out->grad ? NULL : psm_graph_repeat_of (g, Kd, &gk);
   const float *Hc = out->grad ? NULL : psm_graph_repeat_of (g, hd, &gv);
+  AddAttnSaved lay = { NULL, NULL, Kd, hd, keys->grad, values->grad, (size_t) B * A, A, (size_t) B * H, H };
+  PsmBatchMajor *kbm = NULL, *hbm = NULL;
   if (Kc && Hc && gk == gv && gk > 1 && B % gk == 0) {
     attn_forward_grouped (T, B, gk, A, H, Kc, qd, vd, wc, cov, Hc, mask, a, ctx);
     goto done;
   }
+  /* the copies, unless the tensors at those addresses have gradients of their own */
+  if ((kbm = psm_graph_batch_major (g, Kd, T, B, A)) && keys->grad && keys->grad != kbm->xgrad)
+    kbm = NULL;
+  if ((hbm = psm_graph_batch_major (g, hd, T, B, H)) && values->grad && values->grad != hbm->xgrad)
+    hbm = NULL;
+  if (kbm) {
+    lay.K = kbm->bm;
+    lay.dK = NULL;   /* the copy's, below */
+    lay.kps = A;
+    lay.krs = (size_t) T * A;
+  }
+  if (hbm) {
+    lay.H = hbm->bm;
+    lay.dH = NULL;
+    lay.hps = H;
+    lay.hrs = (size_t) T * H;
+  }
 #pragma omp parallel for if (AA_PAR (B, T, A)) schedule (static)
   for (int b = 0; b < B; b++) {
     float *ab = a + (size_t) b * T, *cb = ctx + (size_t) b * H;
-    const float *qb = qd + (size_t) b * A;
+    const float *qb = qd + (size_t) b * A, *Kr = lay.K + b * lay.krs, *Hr = lay.H + b * lay.hrs;
     float m = -INFINITY;
     for (int i = 0; i < T; i++) {
       if (mask && mask[(size_t) i * B + b] == 0.0f) {
         ab[i] = -INFINITY;
         continue;
       }
-      const float *k = Kd + ((size_t) i * B + b) * A;
+      const float *k = Kr + i * lay.kps;
       if (i + AA_AHEAD < T)
-        prefetch_row (k + (size_t) AA_AHEAD * B * A, A, FALSE);
+        prefetch_row (k + AA_AHEAD * lay.kps, A, FALSE);
       float e = wc ? aa_energy (A, k, qb, vd, wc, cov[(size_t) b * T + i]) : aa_energy (A, k, qb, vd, NULL, 0.0f);
       ab[i] = e;
       m = MAX (m, e);
@@ -299,11 +325,11 @@ psm_additive_attention (PsmGraph *g, PsmTensor *keys, PsmTensor *query, PsmTenso
     float inv = (float) (1.0 / s);
     for (int i = 0; i < T; i++) {
       if (i + AA_AHEAD < T)
-        prefetch_row (hd + ((size_t) (i + AA_AHEAD) * B + b) * H, H, FALSE);
+        prefetch_row (Hr + (i + AA_AHEAD) * lay.hps, H, FALSE);
       ab[i] = ab[i] == -INFINITY ? 0.0f : expf (ab[i] - m) * inv;
       if (ab[i] == 0.0f)
         continue;
-      const float *h = hd + ((size_t) i * B + b) * H;
+      const float *h = Hr + i * lay.hps;
       float w = ab[i];
 #pragma omp simd
       for (int j = 0; j < H; j++)
@@ -314,10 +340,15 @@ done:;
   PsmNode *nd = psm_graph_record (g, PSM_OP_ADDITIVE_ATTENTION, out, 6, in);
   if (nd) {
     AddAttnSaved *sv = psm_graph_alloc (g, sizeof *sv);
+    *sv = lay;
     sv->mask = psm_graph_dup (g, mask, (size_t) T * B * sizeof (float));
     sv->defer = psm_graph_deferred_values (g, values->grad);
     if (sv->defer && (sv->defer->T != T || sv->defer->B != B || sv->defer->H != H))
       sv->defer = NULL;
+    if (kbm && keys->grad)
+      sv->dK = psm_batch_major_grad (g, kbm);
+    if (hbm && values->grad && !sv->defer)
+      sv->dH = psm_batch_major_grad (g, hbm);
     nd->saved = sv;
     nd->iarg[0] = T;
     nd->iarg[1] = B;
@@ -338,25 +369,25 @@ done:;
  * keys are zeros and whose dK goes to scratch; each position's coverage
  * gradient is its own sum, so padding changes no result. */
 static void
-attn_backward_block (int n, const int *pos, const float *dei, int b, int B, int A, const float *Kd, float *dK,
+attn_backward_block (int n, const int *pos, const float *dei, int A, const float *Kr, float *dKr, size_t kps,
                      float *dk_scratch, const float *zeros, const float *restrict qb, const float *restrict vd,
-                     const float *restrict wc, const float *cov, int T, float *restrict dv, float *restrict dq,
+                     const float *restrict wc, const float *covb, int T, float *restrict dv, float *restrict dq,
                      float *restrict dwc, float *dcov)
 {
   const float *k[AA_BLOCK];
   float *dk[AA_BLOCK], c[AA_BLOCK], e[AA_BLOCK];
   for (int r = 0; r < AA_BLOCK; r++) {
     gboolean real = r < n;
-    size_t at = real ? ((size_t) pos[r] * B + b) * A : 0;
-    k[r] = real ? Kd + at : zeros;
-    dk[r] = real && dK ? dK + at : dk_scratch + (size_t) r * A;
-    c[r] = real && cov ? cov[(size_t) b * T + pos[r]] : 0.0f;
+    size_t at = real ? pos[r] * kps : 0;
+    k[r] = real ? Kr + at : zeros;
+    dk[r] = real && dKr ? dKr + at : dk_scratch + (size_t) r * A;
+    c[r] = real && covb ? covb[pos[r]] : 0.0f;
     e[r] = real ? dei[r] : 0.0f;
   }
   for (int i = pos[n - 1] + 1; i <= pos[n - 1] + AA_BLOCK && i < T; i++) {   /* the next block, likely */
-    prefetch_row (Kd + ((size_t) i * B + b) * A, A, FALSE);
-    if (dK)
-      prefetch_row (dK + ((size_t) i * B + b) * A, A, TRUE);
+    prefetch_row (Kr + i * kps, A, FALSE);
+    if (dKr)
+      prefetch_row (dKr + i * kps, A, TRUE);
   }
   const float *restrict k0 = k[0], *restrict k1 = k[1], *restrict k2 = k[2], *restrict k3 = k[3];
   float *restrict d0 = dk[0], *restrict d1 = dk[1], *restrict d2 = dk[2], *restrict d3 = dk[3];
@@ -416,7 +447,7 @@ psm_additive_attention_backward (PsmNode *nd)
   const float *mask = sv->mask;
   int T = nd->iarg[0], B = nd->iarg[1], A = keys->shape[2], H = values->shape[2];
   const float *a = out->data, *da = out->grad, *dctx = out->grad + (size_t) B * T;
-  const float *Kd = keys->data, *qd = query->data, *vd = v->data, *hd = values->data;
+  const float *qd = query->data, *vd = v->data;
   const float *wc = w_c ? w_c->data : NULL, *cov = coverage ? coverage->data : NULL;
   /* per-row partial sums of dv and dw_c, added over rows in order below */
   float *part = psm_xmalloc0 ((size_t) B * 2 * A * sizeof (float), "attention gradients");
@@ -424,7 +455,7 @@ psm_additive_attention_backward (PsmNode *nd)
   float *scratch = psm_xmalloc0 ((size_t) B * A * sizeof (float), "attention gradients");
   float *dummy = psm_xmalloc ((size_t) B * AA_BLOCK * A * sizeof (float), "attention gradients");
   float *zeros = psm_xmalloc0 ((size_t) A * sizeof (float), "attention gradients");
-  gboolean dh_here = values->grad && !sv->defer;
+  gboolean dh_here = sv->dH && !sv->defer;
   if (values->grad && sv->defer) {
     g_array_append_val (sv->defer->steps, a);
     g_array_append_val (sv->defer->steps, dctx);
@@ -432,14 +463,15 @@ psm_additive_attention_backward (PsmNode *nd)
 #pragma omp parallel for if (AA_PAR (B, T, A)) schedule (static)
   for (int b = 0; b < B; b++) {
     const float *ab = a + (size_t) b * T, *dcb = dctx + (size_t) b * H, *qb = qd + (size_t) b * A;
+    const float *Hr = sv->H + b * sv->hrs, *Kr = sv->K + b * sv->krs;
     float *de = de_all + (size_t) b * T;
     double dot = 0.0;
     for (int i = 0; i < T; i++) {
       float d = da[(size_t) b * T + i];
       if (i + AA_AHEAD < T)
-        prefetch_row (hd + ((size_t) (i + AA_AHEAD) * B + b) * H, H, FALSE);
+        prefetch_row (Hr + (i + AA_AHEAD) * sv->hps, H, FALSE);
       if (ab[i] != 0.0f) {
-        const float *h = hd + ((size_t) i * B + b) * H;
+        const float *h = Hr + i * sv->hps;
         float s = 0.0f;
 #pragma omp simd reduction (+:s)
         for (int j = 0; j < H; j++)
@@ -462,7 +494,7 @@ psm_additive_attention_backward (PsmNode *nd)
           continue;   /* padding: no gradient anywhere */
         float dei = ab[i] * (de[i] - (float) dot);
         if (dh_here && ab[i] != 0.0f) {
-          float *restrict dh = values->grad + ((size_t) i * B + b) * H;
+          float *restrict dh = sv->dH + b * sv->hrs + i * sv->hps;
           float w = ab[i];
 #pragma omp simd
           for (int j = 0; j < H; j++)
@@ -477,8 +509,9 @@ psm_additive_attention_backward (PsmNode *nd)
       }
       if (nb == 0)
         break;
-      attn_backward_block (nb, blk, dei_blk, b, B, A, Kd, keys->grad, dk_scratch, zeros, qb, vd, wcv, cov, T, dv, dq,
-                           dwc, coverage && coverage->grad ? coverage->grad + (size_t) b * T : NULL);
+      attn_backward_block (nb, blk, dei_blk, A, Kr, sv->dK ? sv->dK + b * sv->krs : NULL, sv->kps, dk_scratch, zeros,
+                           qb, vd, wcv, cov ? cov + (size_t) b * T : NULL, T, dv, dq, dwc,
+                           coverage && coverage->grad ? coverage->grad + (size_t) b * T : NULL);
       nb = 0;
     }
   }
@@ -541,6 +574,56 @@ psm_defer_values_backward (PsmNode *nd)
   free (At);
   free (C);
   g_array_set_size (d->steps, 0);
+}
+
+/* Batch-major copies (psm-private.h): the node that makes x's [B, T, C]
+ * copy, and whose backward adds the attention ops' gradient of the copy
+ * into x's. A no-op outside a training graph (nothing would read the copy
+ * back), for a tensor already copied, and with psm_graph_set_batch_major
+ * (g, FALSE). */
+void
+psm_attention_batch_major (PsmGraph *g, PsmTensor *x)
+{
+  g_return_if_fail (x && x->ndim == 3);
+  int T = x->shape[0], B = x->shape[1], C = x->shape[2];
+  if (!x->grad || !psm_graph_grad_enabled (g) || !psm_graph_batch_major_on (g) ||
+      psm_graph_batch_major (g, x->data, T, B, C))
+    return;
+  PsmTensor *in[1] = { x };
+  PsmTensor *alias = psm_tensor_view (g, x, 0, 3, x->shape);
+  PsmNode *nd = psm_graph_record (g, PSM_OP_BATCH_MAJOR, alias, 1, in);
+  if (!nd)
+    return;
+  PsmBatchMajor *e = psm_graph_add_batch_major (g, x->data);
+  e->xgrad = x->grad;
+  e->T = T;
+  e->B = B;
+  e->C = C;
+  e->bm = psm_graph_alloc (g, (size_t) T * B * C * sizeof (float));
+#pragma omp parallel for if ((long) T * B * C >= 32768) schedule (static)
+  for (int b = 0; b < B; b++)
+    for (int i = 0; i < T; i++)
+      memcpy (e->bm + ((size_t) b * T + i) * C, x->data + ((size_t) i * B + b) * C, C * sizeof (float));
+  nd->saved = e;
+}
+
+void
+psm_batch_major_backward (PsmNode *nd)
+{
+  const PsmBatchMajor *e = nd->saved;
+  PsmTensor *x = nd->in[0];
+  if (!e->grad || !x->grad)
+    return;   /* no op over the copy had a gradient to give */
+  int T = e->T, B = e->B, C = e->C;
+#pragma omp parallel for if ((long) T * B * C >= 32768) schedule (static)
+  for (int i = 0; i < T; i++)
+    for (int b = 0; b < B; b++) {
+      float *restrict dx = x->grad + ((size_t) i * B + b) * C;
+      const float *restrict d = e->grad + ((size_t) b * T + i) * C;
+#pragma omp simd
+      for (int j = 0; j < C; j++)
+        dx[j] += d[j];
+    }
 }
 
 /* ---- dot-product scores against the annotations (ABI 1.8) ----
