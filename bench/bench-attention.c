@@ -3,12 +3,15 @@
  * keys and values, each its forward, then its backward into the keys'
  * gradient, which the steps share as in training. Prints the mean forward
  * and backward time a step; the threads are OMP_NUM_THREADS.
- * usage: bench-attention [T [A [B]]]   (defaults 400 512 16; values of A) */
+ * usage: bench-attention [T [A [B [MODE]]]]   (defaults 400 512 16 0; values
+ * of A features; MODE 0 a graph a step, 1 and 2 one graph for all the steps
+ * without and with the batch-major copies, below) */
 #include "config.h"
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <psm/psm.h>
+#include "psm-private.h"
 
 static float *
 uniform (PsmRng *rng, size_t n, float scale, float shift)
@@ -19,13 +22,73 @@ uniform (PsmRng *rng, size_t n, float scale, float shift)
   return x;
 }
 
+/* Modes 1 and 2: one graph for all the steps, as a training step has it:
+ * the values' gradient deferred (psm_defer_values_grad), with (2) or
+ * without (1) the batch-major copies of the keys and values, whose making
+ * is counted in the forward time and whose gradient's return in the
+ * backward time; then one backward pass through all the steps. Run twice,
+ * the second timed: a training step reuses the arena the first grew. */
+static void
+one_graph (int mode, int steps, int T, int A, int B, float *K, float *dK, float *V, float *dV, float *v, float *dv,
+           float *wc, float *dwc, PsmRng *rng, double *tf, double *tb)
+{
+  int H = A;
+  float **q = malloc (steps * sizeof *q), **dq = malloc (steps * sizeof *dq);
+  float **cov = malloc (steps * sizeof *cov), **dcov = malloc (steps * sizeof *dcov);
+  for (int s = 0; s < steps; s++) {
+    q[s] = uniform (rng, (size_t) B * A, 2, 0);
+    dq[s] = calloc ((size_t) B * A, sizeof (float));
+    cov[s] = uniform (rng, (size_t) B * T, 1, 0.5f);
+    dcov[s] = calloc ((size_t) B * T, sizeof (float));
+  }
+  PsmGraph *g = psm_graph_new ();
+  psm_graph_set_batch_major (g, mode == 2);
+  for (int round = 0; round < 2; round++) {   /* timed: the second, on the arena the first has grown */
+    psm_graph_reset (g);
+    double t0 = omp_get_wtime ();
+    PsmTensor *keys = psm_tensor_wrap (g, K, dK, 3, (int[]) { T, B, A });
+    PsmTensor *values = psm_tensor_wrap (g, V, dV, 3, (int[]) { T, B, H });
+    psm_defer_values_grad (g, values);
+    psm_attention_batch_major (g, values);
+    psm_attention_batch_major (g, keys);
+    PsmTensor *l = NULL;
+    for (int s = 0; s < steps; s++) {
+      PsmTensor *a, *ctx;
+      psm_additive_attention (g, keys, psm_tensor_wrap (g, q[s], dq[s], 2, (int[]) { B, A }),
+                              psm_tensor_wrap (g, v, dv, 1, (int[]) { A }),
+                              psm_tensor_wrap (g, wc, dwc, 1, (int[]) { A }),
+                              psm_tensor_wrap (g, cov[s], dcov[s], 2, (int[]) { B, T }), values, NULL, &a, &ctx);
+      PsmTensor *ls = psm_sum (g, ctx);
+      l = l ? psm_add (g, l, ls) : ls;
+    }
+    double t1 = omp_get_wtime ();
+    psm_backward (g, l);
+    double t2 = omp_get_wtime ();
+    *tf = t1 - t0;
+    *tb = t2 - t1;
+  }
+  psm_graph_free (g);
+  for (int s = 0; s < steps; s++) {
+    free (q[s]);
+    free (dq[s]);
+    free (cov[s]);
+    free (dcov[s]);
+  }
+  free (q);
+  free (dq);
+  free (cov);
+  free (dcov);
+}
+
 int
 main (int argc, char **argv)
 {
   int T = argc > 1 ? atoi (argv[1]) : 400, A = argc > 2 ? atoi (argv[2]) : 512, B = argc > 3 ? atoi (argv[3]) : 16;
+  int mode = argc > 4 ? atoi (argv[4]) : 0;
   int H = A, steps = 100;
-  if (T < 1 || A < 1 || B < 1) {
-    fprintf (stderr, "usage: bench-attention [T [A [B]]]\n");
+  if (T < 1 || A < 1 || B < 1 || mode < 0 || mode > 2) {
+    fprintf (stderr, "usage: bench-attention [T [A [B [MODE]]]]   (MODE 0: a graph a step; 1: one graph, "
+             "time-major; 2: one graph, batch-major copies)\n");
     return 2;
   }
   PsmRng rng;
@@ -35,7 +98,12 @@ main (int argc, char **argv)
   float *v = uniform (&rng, A, 0.2f, 0), *dv = calloc (A, sizeof (float));
   float *wc = uniform (&rng, A, 0.5f, 0), *dwc = calloc (A, sizeof (float));
   double tf = 0, tb = 0;
-  for (int s = 0; s < steps; s++) {
+  if (mode) {
+    float *dV = calloc (nh, sizeof (float));
+    one_graph (mode, steps, T, A, B, K, dK, V, dV, v, dv, wc, dwc, &rng, &tf, &tb);
+    free (dV);
+  }
+  for (int s = 0; s < steps && !mode; s++) {
     float *q = uniform (&rng, (size_t) B * A, 2, 0), *dq = calloc ((size_t) B * A, sizeof (float));
     float *cov = uniform (&rng, (size_t) B * T, 1, 0.5f), *dcov = calloc ((size_t) B * T, sizeof (float));
     PsmGraph *g = psm_graph_new ();
@@ -59,8 +127,9 @@ main (int argc, char **argv)
     free (cov);
     free (dcov);
   }
-  printf ("attention B=%d T=%d A=%d, %d threads: forward %.3f ms, backward %.3f ms a step (%.3f / %.3f ns an "
-          "element a thread)\n", B, T, A, omp_get_max_threads (), 1e3 * tf / steps, 1e3 * tb / steps,
+  printf ("attention B=%d T=%d A=%d, %s, %d threads: forward %.3f ms, backward %.3f ms a step (%.3f / %.3f ns an "
+          "element a thread)\n", B, T, A,
+          mode == 0 ? "a graph a step" : mode == 1 ? "one graph" : "one graph, batch-major copies", omp_get_max_threads (), 1e3 * tf / steps, 1e3 * tb / steps,
           1e9 * tf / steps / nk * omp_get_max_threads (), 1e9 * tb / steps / nk * omp_get_max_threads ());
   free (K);
   free (dK);
