@@ -1325,6 +1325,21 @@ addattn_reference (PsmGraph *g, Case *c, PsmTensor **a, PsmTensor **ctx)
   *ctx = psm_attend (g, *a, in (g, c, 5));
 }
 
+/* The inputs, random; example 1 is shorter, example 3 is all padding. */
+static void
+addattn_case (Case *c, PsmRng *rng)
+{
+  alloc_in (c, 0, 3, AT, AB, AA, rng, 1.0f);
+  alloc_in (c, 1, 2, AB, AA, 0, rng, 1.0f);
+  alloc_in (c, 2, 1, AA, 0, 0, rng, 1.0f);
+  alloc_in (c, 3, 1, AA, 0, 0, rng, 1.0f);
+  alloc_in (c, 4, 2, AB, AT, 0, rng, 1.0f);
+  alloc_in (c, 5, 3, AT, AB, AH, rng, 1.0f);
+  for (int t = 0; t < AT; t++)
+    for (int b = 0; b < AB; b++)
+      c->mask[t * AB + b] = (b == 1 && t >= 3) || b == 3 ? 0.0f : 1.0f;
+}
+
 START_TEST (test_additive_attention)
 {
   PsmRng rng;
@@ -1333,16 +1348,7 @@ START_TEST (test_additive_attention)
     int cov = which & 1;
     Case c = { 0 };
     c.which = which;
-    alloc_in (&c, 0, 3, AT, AB, AA, &rng, 1.0f);
-    alloc_in (&c, 1, 2, AB, AA, 0, &rng, 1.0f);
-    alloc_in (&c, 2, 1, AA, 0, 0, &rng, 1.0f);
-    alloc_in (&c, 3, 1, AA, 0, 0, &rng, 1.0f);
-    alloc_in (&c, 4, 2, AB, AT, 0, &rng, 1.0f);
-    alloc_in (&c, 5, 3, AT, AB, AH, &rng, 1.0f);
-    /* example 1 is shorter, example 3 is all padding */
-    for (int t = 0; t < AT; t++)
-      for (int b = 0; b < AB; b++)
-        c.mask[t * AB + b] = (b == 1 && t >= 3) || b == 3 ? 0.0f : 1.0f;
+    addattn_case (&c, &rng);
     PsmGraph *g = psm_graph_new ();
     psm_graph_set_grad (g, FALSE);
     PsmTensor *a, *ctx, *ra, *rctx;
@@ -1384,15 +1390,7 @@ START_TEST (test_additive_attention_batch_major)
   psm_rng_seed (&rng, 29);
   for (int which = 1; which <= 3; which += 2) {
     Case c = { 0 };
-    alloc_in (&c, 0, 3, AT, AB, AA, &rng, 1.0f);
-    alloc_in (&c, 1, 2, AB, AA, 0, &rng, 1.0f);
-    alloc_in (&c, 2, 1, AA, 0, 0, &rng, 1.0f);
-    alloc_in (&c, 3, 1, AA, 0, 0, &rng, 1.0f);
-    alloc_in (&c, 4, 2, AB, AT, 0, &rng, 1.0f);
-    alloc_in (&c, 5, 3, AT, AB, AH, &rng, 1.0f);
-    for (int t = 0; t < AT; t++)
-      for (int b = 0; b < AB; b++)
-        c.mask[t * AB + b] = (b == 1 && t >= 3) || b == 3 ? 0.0f : 1.0f;
+    addattn_case (&c, &rng);
     float loss[2], *grads[2][6];
     for (int bm = 0; bm < 2; bm++) {
       c.which = which | (bm ? 4 : 0);
