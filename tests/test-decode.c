@@ -3,10 +3,12 @@
  * of the article and the whole history; the test rebuilds each row's
  * history from the parents the search hands it, so a wrong reordering
  * changes the scores and fails the test. And the teacher-forced loop inside
- * whole models (encoder, attention decoder, head, as psm-run trains them):
- * a finite-difference check of every parameter's gradient through what the
- * core adds around the plugins (the values' deferred gradient, the
- * attention's batch-major copies). */
+ * the four papers' seq2seq models (encoder, attention decoder, head, as
+ * psm-run trains them): every parameter's gradient bit for bit the same
+ * with and without the attention's batch-major copies, and a
+ * finite-difference check of it through what the core adds around the
+ * plugins (the values' deferred gradient, the copies, the head's input
+ * hook in teacher forcing). */
 #include "config.h"
 #include <math.h>
 #include <string.h>
@@ -441,6 +443,14 @@ START_TEST (test_model_gradients)
     "encoder = { plugin = \"bigru\"; hidden = 3; };\n"
     "  decoder = { plugin = \"gru_attn\"; hidden = 3; };\n"
     "  head = { plugin = \"softmax\"; };",
+    /* Zeng et al.: read-again LSTM, LSTM decoder attending from h_(t-1), copy head with its input hook */
+    "encoder = { plugin = \"readagain_lstm\"; hidden = 3; };\n"
+    "  decoder = { plugin = \"lstm_attn\"; hidden = 3; attend = \"previous\"; init = \"bridge\"; };\n"
+    "  head = { plugin = \"copy\"; };",
+    /* Gulcehre et al.: bi-GRU, GRU decoder, pointer softmax */
+    "encoder = { plugin = \"bigru\"; hidden = 3; };\n"
+    "  decoder = { plugin = \"gru_attn\"; hidden = 3; };\n"
+    "  head = { plugin = \"pointer_softmax\"; };",
   };
   for (guint k = 0; k < G_N_ELEMENTS (models); k++) {
     char *cfg = g_strdup_printf ("task = { plugin = \"cnndm\"; train = \"%s\"; valid = \"%s\"; vocab = 12; };\n"

@@ -281,7 +281,7 @@ check_seq2seq (const char *extra, const int32_t *cand, int n_cand, gboolean nois
   s2s_setup (&f, extra);
   if (n_cand)
     psm_batch_set_candidates (&f.batch, cand, n_cand);
-  int V = n_cand ? n_cand : SV;
+  int nv = n_cand ? n_cand : SV;
   f.noise = noise;
   psm_rng_seed (&f.rng0, 77);
   if (noise) {   /* larger weights: switch units saturate, where the noise acts */
@@ -325,7 +325,7 @@ check_seq2seq (const char *extra, const int32_t *cand, int n_cand, gboolean nois
     PsmTensor *sc = f.hk->scores (f.head, g, f.params, &enc, &out, &f.batch);
     PsmTensor *d = f.hk->gate (f.head, g, f.params, &enc, &out, &f.batch);
     int S = f.hk->space_size (f.head, &f.batch);
-    ck_assert_int_eq (S, V + ST);
+    ck_assert_int_eq (S, nv + ST);
     PsmTensor *full = NULL;   /* with candidates: the scores over the whole shortlist */
     if (n_cand) {
       f.batch.n_cand = 0;
@@ -338,12 +338,12 @@ check_seq2seq (const char *extra, const int32_t *cand, int n_cand, gboolean nois
       for (int k = 0; k < S; k++)
         if (isfinite (row[k])) {
           total += exp (row[k]);
-          shortlist += k < V ? exp (row[k]) : 0.0;
+          shortlist += k < nv ? exp (row[k]) : 0.0;
         }
       ck_assert_msg (fabs (total - 1.0) < 1e-4, "step %d row %d: scores sum to %g", t, b, total);
       ck_assert_msg (fabs (shortlist - d->data[b]) < 1e-4, "the gate is the shortlist's mass");
       if (b == 1)
-        ck_assert (isinf (row[V + 3]) && row[V + 3] < 0);   /* padding */
+        ck_assert (isinf (row[nv + 3]) && row[nv + 3] < 0);   /* padding */
       if (full) {
         /* the candidates' softmax is the whole one renormalised over them */
         const float *fr = full->data + b * (SV + ST);
@@ -357,12 +357,12 @@ check_seq2seq (const char *extra, const int32_t *cand, int n_cand, gboolean nois
           ck_assert_int_eq (f.hk->slot_token (f.head, &f.batch, b, k), cand[k]);
         }
         for (int j = 0; j < ST; j++)
-          ck_assert (fabs (row[V + j] - fr[SV + j]) < 1e-5 || (isinf (row[V + j]) && isinf (fr[SV + j])));
+          ck_assert (fabs (row[nv + j] - fr[SV + j]) < 1e-5 || (isinf (row[nv + j]) && isinf (fr[SV + j])));
       }
       int r = t * SB + b;
       if (f.batch.tgt_mask[r] == 0.0f)
         continue;
-      int slot = f.batch.tgt_switch[r] ? psm_batch_cand_index (&f.batch, f.batch.tgt[r]) : V + f.batch.tgt_loc[r];
+      int slot = f.batch.tgt_switch[r] ? psm_batch_cand_index (&f.batch, f.batch.tgt[r]) : nv + f.batch.tgt_loc[r];
       want -= row[slot];
       W += 1.0;
       ck_assert_int_eq (f.hk->slot_token (f.head, &f.batch, b, slot), f.batch.tgt_ext[r]);
