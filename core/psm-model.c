@@ -558,13 +558,14 @@ encode (PsmModel *m, PsmGraph *g, const PsmBatch *b, PsmEncoding *enc)
     g_return_if_fail (enc->carry_out->n == (size_t) b->B * m->carry_k);
     memcpy (carry, enc->carry_out->data, enc->carry_out->n * sizeof (float));
   }
-  if (m->dk && enc->annotations && enc->annotations->grad && enc->annotations->ndim == 3)
+  /* a decoder's training graph: every step's attention reads the annotations */
+  gboolean attn_training = m->dk && enc->annotations && enc->annotations->grad && enc->annotations->ndim == 3;
+  if (attn_training)
     psm_defer_values_grad (g, enc->annotations);   /* one GEMM per example instead of a pass per step */
   PsmTensor *(*prepare) (void *, PsmGraph *, PsmParams *, const PsmEncoding *) = m->dk ? PSM_CLASS_HOOK (m->dk, prepare) : NULL;
   if (prepare)
     enc->memo = prepare (m->dec, g, m->params, enc);
-  if (m->dk && enc->annotations && enc->annotations->grad && enc->annotations->ndim == 3) {
-    /* every decoder step's attention reads them: batch-major copies (psm-private.h) */
+  if (attn_training) {   /* batch-major copies (psm-private.h) */
     psm_attention_batch_major (g, enc->annotations);
     if (enc->memo && enc->memo->ndim == 3)
       psm_attention_batch_major (g, enc->memo);

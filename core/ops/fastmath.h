@@ -8,6 +8,7 @@
  * tanh, log: below. */
 #ifndef PSM_FASTMATH_H
 #define PSM_FASTMATH_H
+#include <math.h>
 #include <stdint.h>
 
 static inline float
@@ -30,6 +31,25 @@ psm_fast_expf (float x)
   union { uint32_t i; float f; } u;
   u.i = (uint32_t) (n + 127) << 23;
   return p * u.f;
+}
+
+/* log sum_j e^{x[j]} over n >= 1 floats, in vectors: the max, then the
+ * float sum of psm_fast_expf (x[j] - max); -INFINITY when every x[j] is
+ * (psm_pick_log_softmax, psm_logsumexp). */
+static inline float
+psm_fast_logsumexpf (const float *x, int n)
+{
+  float m = x[0];
+#pragma omp simd reduction (max:m)
+  for (int j = 1; j < n; j++)
+    m = m > x[j] ? m : x[j];
+  if (m == -INFINITY)
+    return -INFINITY;
+  float z = 0.0f;
+#pragma omp simd reduction (+:z)
+  for (int j = 0; j < n; j++)
+    z += psm_fast_expf (x[j] - m);
+  return m + logf (z);
 }
 
 static inline float

@@ -186,15 +186,7 @@ psm_pick_log_softmax (PsmGraph *g, PsmTensor *x, const int32_t *targets)
 #pragma omp parallel for if (R * (size_t) C > 100000) schedule(static)
   for (int r = 0; r < R; r++) {
     const float *xr = x->data + (size_t) r * C;
-    float m = xr[0];
-#pragma omp simd reduction (max:m)
-    for (int j = 1; j < C; j++)
-      m = MAX (m, xr[j]);
-    float z = 0.0f;
-#pragma omp simd reduction (+:z)
-    for (int j = 0; j < C; j++)
-      z += psm_fast_expf (xr[j] - m);
-    float l = m + logf (z);
+    float l = psm_fast_logsumexpf (xr, C);
     if (lse)
       lse[r] = l;
     y->data[r] = targets[r] >= 0 ? xr[targets[r]] - l : -INFINITY;

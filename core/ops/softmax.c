@@ -138,30 +138,23 @@ psm_logsumexp (PsmGraph *g, PsmTensor *x, const float *mask)
 #pragma omp parallel for if (R * (size_t) C > 100000) schedule (static)
   for (int r = 0; r < R; r++) {
     const float *xr = x->data + (size_t) r * C, *mr = mask ? mask + (size_t) r * C : NULL;
-    float m = -INFINITY;
-    if (mr) {
-#pragma omp simd reduction (max:m)
-      for (int j = 0; j < C; j++)
-        m = MAX (m, mr[j] != 0.0f ? xr[j] : -INFINITY);
-    } else {
-#pragma omp simd reduction (max:m)
-      for (int j = 0; j < C; j++)
-        m = MAX (m, xr[j]);
+    if (!mr) {
+      float l = C > 0 ? psm_fast_logsumexpf (xr, C) : -INFINITY;
+      y->data[r] = l == -INFINITY ? -1e30f : l;
+      continue;
     }
+    float m = -INFINITY;
+#pragma omp simd reduction (max:m)
+    for (int j = 0; j < C; j++)
+      m = MAX (m, mr[j] != 0.0f ? xr[j] : -INFINITY);
     if (m == -INFINITY) {
       y->data[r] = -1e30f;
       continue;
     }
     float z = 0.0f;
-    if (mr) {
 #pragma omp simd reduction (+:z)
-      for (int j = 0; j < C; j++)
-        z += mr[j] != 0.0f ? psm_fast_expf (xr[j] - m) : 0.0f;
-    } else {
-#pragma omp simd reduction (+:z)
-      for (int j = 0; j < C; j++)
-        z += psm_fast_expf (xr[j] - m);
-    }
+    for (int j = 0; j < C; j++)
+      z += mr[j] != 0.0f ? psm_fast_expf (xr[j] - m) : 0.0f;
     y->data[r] = m + logf (z);
   }
   PsmNode *n = psm_graph_record (g, PSM_OP_LOGSUMEXP, y, 1, in);
