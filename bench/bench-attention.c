@@ -22,6 +22,69 @@ uniform (PsmRng *rng, size_t n, float scale, float shift)
   return x;
 }
 
+/* A decoder step's own inputs: its query [B, A] and coverage [B, T], drawn
+ * in that order, with zeroed gradients. */
+typedef struct {
+  float *q, *dq, *cov, *dcov;
+} StepIn;
+
+static void
+step_in_draw (StepIn *in, PsmRng *rng, int T, int A, int B)
+{
+  in->q = uniform (rng, (size_t) B * A, 2, 0);
+  in->dq = calloc ((size_t) B * A, sizeof (float));
+  in->cov = uniform (rng, (size_t) B * T, 1, 0.5f);
+  in->dcov = calloc ((size_t) B * T, sizeof (float));
+}
+
+static void
+step_in_free (StepIn *in)
+{
+  free (in->q);
+  free (in->dq);
+  free (in->cov);
+  free (in->dcov);
+}
+
+/* The op for one step over keys [T, B, A] and values [T, B, A], v and w_c
+ * [A] with their gradients: returns the context [B, A]. */
+static PsmTensor *
+attention_step (PsmGraph *g, PsmTensor *keys, PsmTensor *values, const StepIn *in, float *v, float *dv, float *wc,
+                float *dwc, int T, int A, int B)
+{
+  PsmTensor *a, *ctx;
+  psm_additive_attention (g, keys, psm_tensor_wrap (g, in->q, in->dq, 2, (int[]) { B, A }),
+                          psm_tensor_wrap (g, v, dv, 1, (int[]) { A }), psm_tensor_wrap (g, wc, dwc, 1, (int[]) { A }),
+                          psm_tensor_wrap (g, in->cov, in->dcov, 2, (int[]) { B, T }), values, NULL, &a, &ctx);
+  return ctx;
+}
+
+/* Mode 0: a graph a step, the values without gradient; the forward time is
+ * the op's, the backward time the pass through it. */
+static void
+graph_a_step (int steps, int T, int A, int B, float *K, float *dK, float *V, float *v, float *dv, float *wc,
+              float *dwc, PsmRng *rng, double *tf, double *tb)
+{
+  for (int s = 0; s < steps; s++) {
+    StepIn in;
+    step_in_draw (&in, rng, T, A, B);
+    PsmGraph *g = psm_graph_new ();
+    double t0 = omp_get_wtime ();
+    PsmTensor *ctx = attention_step (g, psm_tensor_wrap (g, K, dK, 3, (int[]) { T, B, A }),
+                                     psm_tensor_wrap (g, V, NULL, 3, (int[]) { T, B, A }), &in, v, dv, wc, dwc, T, A,
+                                     B);
+    double t1 = omp_get_wtime ();
+    PsmTensor *l = psm_sum (g, ctx);
+    double t2 = omp_get_wtime ();
+    psm_backward (g, l);
+    double t3 = omp_get_wtime ();
+    *tf += t1 - t0;
+    *tb += t3 - t2;
+    psm_graph_free (g);
+    step_in_free (&in);
+  }
+}
+
 /* Modes 1 and 2: one graph for all the steps, as a training step has it:
  * the values' gradient deferred (psm_defer_values_grad), with (2) or
  * without (1) the batch-major copies of the keys and values, whose making
@@ -32,33 +95,22 @@ static void
 one_graph (int mode, int steps, int T, int A, int B, float *K, float *dK, float *V, float *dV, float *v, float *dv,
            float *wc, float *dwc, PsmRng *rng, double *tf, double *tb)
 {
-  int H = A;
-  float **q = malloc (steps * sizeof *q), **dq = malloc (steps * sizeof *dq);
-  float **cov = malloc (steps * sizeof *cov), **dcov = malloc (steps * sizeof *dcov);
-  for (int s = 0; s < steps; s++) {
-    q[s] = uniform (rng, (size_t) B * A, 2, 0);
-    dq[s] = calloc ((size_t) B * A, sizeof (float));
-    cov[s] = uniform (rng, (size_t) B * T, 1, 0.5f);
-    dcov[s] = calloc ((size_t) B * T, sizeof (float));
-  }
+  StepIn *in = malloc (steps * sizeof *in);
+  for (int s = 0; s < steps; s++)
+    step_in_draw (&in[s], rng, T, A, B);
   PsmGraph *g = psm_graph_new ();
   psm_graph_set_batch_major (g, mode == 2);
   for (int round = 0; round < 2; round++) {   /* timed: the second, on the arena the first has grown */
     psm_graph_reset (g);
     double t0 = omp_get_wtime ();
     PsmTensor *keys = psm_tensor_wrap (g, K, dK, 3, (int[]) { T, B, A });
-    PsmTensor *values = psm_tensor_wrap (g, V, dV, 3, (int[]) { T, B, H });
+    PsmTensor *values = psm_tensor_wrap (g, V, dV, 3, (int[]) { T, B, A });
     psm_defer_values_grad (g, values);
     psm_attention_batch_major (g, values);
     psm_attention_batch_major (g, keys);
     PsmTensor *l = NULL;
     for (int s = 0; s < steps; s++) {
-      PsmTensor *a, *ctx;
-      psm_additive_attention (g, keys, psm_tensor_wrap (g, q[s], dq[s], 2, (int[]) { B, A }),
-                              psm_tensor_wrap (g, v, dv, 1, (int[]) { A }),
-                              psm_tensor_wrap (g, wc, dwc, 1, (int[]) { A }),
-                              psm_tensor_wrap (g, cov[s], dcov[s], 2, (int[]) { B, T }), values, NULL, &a, &ctx);
-      PsmTensor *ls = psm_sum (g, ctx);
+      PsmTensor *ls = psm_sum (g, attention_step (g, keys, values, &in[s], v, dv, wc, dwc, T, A, B));
       l = l ? psm_add (g, l, ls) : ls;
     }
     double t1 = omp_get_wtime ();
@@ -68,16 +120,9 @@ one_graph (int mode, int steps, int T, int A, int B, float *K, float *dK, float 
     *tb = t2 - t1;
   }
   psm_graph_free (g);
-  for (int s = 0; s < steps; s++) {
-    free (q[s]);
-    free (dq[s]);
-    free (cov[s]);
-    free (dcov[s]);
-  }
-  free (q);
-  free (dq);
-  free (cov);
-  free (dcov);
+  for (int s = 0; s < steps; s++)
+    step_in_free (&in[s]);
+  free (in);
 }
 
 int
@@ -103,30 +148,8 @@ main (int argc, char **argv)
     one_graph (mode, steps, T, A, B, K, dK, V, dV, v, dv, wc, dwc, &rng, &tf, &tb);
     free (dV);
   }
-  for (int s = 0; s < steps && !mode; s++) {
-    float *q = uniform (&rng, (size_t) B * A, 2, 0), *dq = calloc ((size_t) B * A, sizeof (float));
-    float *cov = uniform (&rng, (size_t) B * T, 1, 0.5f), *dcov = calloc ((size_t) B * T, sizeof (float));
-    PsmGraph *g = psm_graph_new ();
-    double t0 = omp_get_wtime ();
-    PsmTensor *a, *ctx;
-    psm_additive_attention (g, psm_tensor_wrap (g, K, dK, 3, (int[]) { T, B, A }),
-                            psm_tensor_wrap (g, q, dq, 2, (int[]) { B, A }), psm_tensor_wrap (g, v, dv, 1, (int[]) { A }),
-                            psm_tensor_wrap (g, wc, dwc, 1, (int[]) { A }),
-                            psm_tensor_wrap (g, cov, dcov, 2, (int[]) { B, T }),
-                            psm_tensor_wrap (g, V, NULL, 3, (int[]) { T, B, H }), NULL, &a, &ctx);
-    double t1 = omp_get_wtime ();
-    PsmTensor *l = psm_sum (g, ctx);
-    double t2 = omp_get_wtime ();
-    psm_backward (g, l);
-    double t3 = omp_get_wtime ();
-    tf += t1 - t0;
-    tb += t3 - t2;
-    psm_graph_free (g);
-    free (q);
-    free (dq);
-    free (cov);
-    free (dcov);
-  }
+  else
+    graph_a_step (steps, T, A, B, K, dK, V, v, dv, wc, dwc, &rng, &tf, &tb);
   printf ("attention B=%d T=%d A=%d, %s, %d threads: forward %.3f ms, backward %.3f ms a step (%.3f / %.3f ns an "
           "element a thread)\n", B, T, A,
           mode == 0 ? "a graph a step" : mode == 1 ? "one graph" : "one graph, batch-major copies", omp_get_max_threads (), 1e3 * tf / steps, 1e3 * tb / steps,
