@@ -649,17 +649,20 @@ START_TEST (test_colsum)
 END_TEST
 
 /* The recurrences' packed small-row GEMM against a plain loop: row counts
- * around the 8-row block, column counts that fill or pad panels, starting
- * at a column other than 0, both orientations of B; the padding columns of
- * C must be written as zeros and nothing beyond them. */
+ * around the blocks of rows (6 or 8, and the balanced last two blocks of
+ * 7-10 rows), column counts that fill or pad panels, starting at a column
+ * other than 0, both orientations of B; the padding columns of C must be
+ * written as zeros and nothing beyond them, and every row must be bit for
+ * bit what it is when computed alone (the result does not depend on how
+ * rows are blocked or shared out between threads). */
 START_TEST (test_packed_gemm)
 {
   PsmRng rng;
   psm_rng_seed (&rng, 9);
-  int Ms[] = { 1, 7, 8, 13, 64 }, Ks[] = { 1, 40 }, ns[] = { 5, 32, 70 };
+  int Ms[] = { 1, 7, 8, 9, 10, 13, 16, 64 }, Ks[] = { 1, 40 }, ns[] = { 5, 32, 70 };
   int Nb = 80;
   for (int tb = 0; tb < 2; tb++)
-    for (int mi = 0; mi < 5; mi++)
+    for (int mi = 0; mi < (int) G_N_ELEMENTS (Ms); mi++)
       for (int ki = 0; ki < 2; ki++)
         for (int ni = 0; ni < 3; ni++) {
           int M = Ms[mi], K = Ks[ki], n = ns[ni];
@@ -687,6 +690,11 @@ START_TEST (test_packed_gemm)
               ck_assert_msg (C[(size_t) i * ldc + j] == 0.0f, "padding column %d written", j);
             for (int j = npad; j < ldc; j++)
               ck_assert_msg (C[(size_t) i * ldc + j] == 1e30f, "column %d beyond the panels written", j);
+            float *alone = g_new (float, npad);
+            psm_packed_gemm (1, K, n, A + (size_t) i * lda, lda, bp, alone, npad);
+            ck_assert_msg (memcmp (alone, C + (size_t) i * ldc, n * sizeof (float)) == 0,
+                           "packed gemm tb=%d M=%d K=%d n=%d: row %d differs when computed alone", tb, M, K, n, i);
+            g_free (alone);
           }
           g_free (A);
           g_free (B);
