@@ -1,5 +1,6 @@
 /* bench-common.h — what bench-see and bench-lm both measure besides the
- * model: the process's peak RSS and this machine's sgemm peak. */
+ * model: the process's peak RSS, this machine's sgemm peak, and the rows of
+ * an encoder's input projection. */
 #ifndef PSM_BENCH_COMMON_H
 #define PSM_BENCH_COMMON_H
 
@@ -43,6 +44,24 @@ sgemm_peak (void)
   free (b);
   free (c);
   return best;
+}
+
+/* The rows psm_linear projects for an encoder's input of the R source ids
+ * ids (psm-ops.h; the rule of core/ops/matmul.c's embedding_linear): the
+ * distinct ids when there are more than 64 rows and at least a quarter of
+ * them repeat one, else all R. */
+static inline int
+projected_rows (const int32_t *ids, int R, int V)
+{
+  int u = 0;
+  guint8 *seen = g_new0 (guint8, V);
+  for (int i = 0; i < R; i++)
+    if (!seen[ids[i]]) {
+      seen[ids[i]] = 1;
+      u++;
+    }
+  g_free (seen);
+  return R > 64 && (long) u * 4 <= (long) R * 3 ? u : R;
 }
 
 #endif

@@ -8,7 +8,9 @@
  * k=v are --set assignments (e.g. model.encoder.zoneout=0). Run from the
  * build tree (PSM_PLUGIN_PATH=plugins/.libs); parameters at their random
  * initial values (the speed does not depend on them). Prints words/s,
- * GEMM GFLOP/s and their share of this machine's sgemm 2048^3. */
+ * GEMM GFLOP/s and their share of this machine's sgemm 2048^3 (GEMM FLOPs
+ * as executed: in evaluation the first layer projects each distinct word
+ * of a segment once, psm-ops.h). */
 #include "config.h"
 #include <omp.h>
 #include <stdio.h>
@@ -77,12 +79,13 @@ main (int argc, char **argv)
     int B = (int) psm_section_int (psm_pipeline_section (pl, "train"), "batch");
     gint64 t0 = 0;
     long steps = 0, warm = 2;
-    double words = 0;
+    double words = 0, skipped = 0;   /* input projection FLOPs not executed (no dropout: see eval) */
+    gboolean dropout = psm_section_float (enc, "dropout") > 0.0f;
     float lv = 0;
     for (;; steps++) {
       if (steps == warm) {
         t0 = g_get_monotonic_time ();
-        words = 0;
+        words = skipped = 0;
       }
       if (steps > warm + 1 && g_get_monotonic_time () - t0 >= secs * 1e6)
         break;
@@ -97,13 +100,15 @@ main (int argc, char **argv)
       psm_params_zero_grad (params);
       for (int i = 0; i < b->Ty * b->B; i++)
         words += b->tgt_mask[i];
+      if (!dropout)
+        skipped += 3 * 2.0 * E * 4 * H * (b->T * b->B - projected_rows (b->src, b->T * b->B, info.src_vocab));
     }
     double dt = 1e-6 * (double) (g_get_monotonic_time () - t0), wps = words / dt, peak = sgemm_peak ();
     printf ("psm train %s, head %s, %dx%d, V=%d: %.1f ms/step, %.0f words/s, loss %.3f, peak RSS %.0f MB "
             "(%ld timed steps, %d threads)\n", cfg, head, L, H, info.tgt_vocab, 1e3 * dt / (steps - warm), wps, lv,
             peak_rss_mb (), steps - warm, omp_get_max_threads ());
-    printf ("psm train: %.1f GEMM GFLOP/s = %.1f %% of sgemm 2048^3 (%.1f GFLOP/s)\n", 3 * fw * wps / 1e9,
-            100 * 3 * fw * wps / 1e9 / peak, peak);
+    double gfs = (3 * fw * words - skipped) / dt / 1e9;
+    printf ("psm train: %.1f GEMM GFLOP/s = %.1f %% of sgemm 2048^3 (%.1f GFLOP/s)\n", gfs, 100 * gfs / peak, peak);
     psm_optim_free (o);
   } else {
     PsmEvalOptions eo = { 0, TRUE, NULL, NULL, NULL, FALSE };
@@ -112,10 +117,29 @@ main (int argc, char **argv)
     if (!psm_model_evaluate (m, PSM_SPLIT_TEST, &eo, &r, &e))
       die (e);
     double dt = 1e-6 * (double) (g_get_monotonic_time () - t0);
+    /* the GEMM FLOPs executed: the first layer's input projection on each
+     * segment's distinct words (projected_rows), the rest on every word; the
+     * segments again, as psm_model_evaluate takes them */
+    int EB = (int) psm_section_int (psm_pipeline_section (pl, "eval"), "batch");
+    PsmBatch *b = psm_model_batch (m);
+    double skipped = 0.0;
+    long rows = 0, proj = 0;
+    for (int start = 0;; start++) {
+      if (!tk->eval_batch (task, PSM_SPLIT_TEST, start, EB, b, &e))
+        die (e);
+      if (b->T == 0)
+        break;
+      int R = b->T * b->B, U = projected_rows (b->src, R, info.src_vocab);
+      skipped += 2.0 * E * 4 * H * (R - U);
+      rows += R;
+      proj += U;
+    }
+    double flops = fw * r.n_examples - skipped;
     printf ("psm eval %s, head %s, %dx%d: PTB test (%ld words, eval batch %d) in %.2f s, %.0f words/s, "
-            "%.1f GEMM GFLOP/s, peak RSS %.0f MB (%d threads)\n", cfg, head, L, H, r.n_examples,
-            (int) psm_section_int (psm_pipeline_section (pl, "eval"), "batch"), dt, r.n_examples / dt,
-            fw * r.n_examples / dt / 1e9, peak_rss_mb (), omp_get_max_threads ());
+            "%.1f GEMM GFLOP/s, peak RSS %.0f MB (%d threads)\n", cfg, head, L, H, r.n_examples, EB, dt,
+            r.n_examples / dt, flops / dt / 1e9, peak_rss_mb (), omp_get_max_threads ());
+    printf ("psm eval: %.1f GEMM GFLOP (the input projection on %ld distinct words of the segments' %ld rows)\n",
+            flops / 1e9, proj, rows);
   }
   g_free (sets);
   psm_model_free (m);

@@ -1,9 +1,11 @@
 /* bench-see — See et al. 2017's pointer-generator with coverage in psm, the
  * model of pipelines/cnndm_coverage.cfg with the vocabulary of the issue's
  * reference (20k): the same computation as bench/see_torch.py.
- *   bench-see train SECONDS [B T TY]   training steps on one random batch
- *                                      (every source T tokens, every target
- *                                      TY), then the per-phase profile
+ *   bench-see train SECONDS [B T TY]   training steps on one batch (every
+ *                                      source T tokens, every target TY;
+ *                                      the sources from BENCH_SEE_ARTICLES,
+ *                                      see fill_batch), then the per-phase
+ *                                      profile
  *   bench-see vocab DIR                builds the vocabulary from the
  *                                      training split and saves it in DIR, as
  *                                      a training run saves it in its folder
@@ -33,19 +35,58 @@ die (GError *e)
   exit (1);
 }
 
-/* One batch, every position real: sources of T words, targets of TY, about
- * 1 word in 1000 outside the vocabulary (n_oov per-batch OOV words). */
+/* One batch, every position real: sources of T words, targets of TY. The
+ * sources are the first B articles of at least T tokens of a file (one
+ * article a line; bench/run.sh writes the CNN/DailyMail validation articles),
+ * tokenised and mapped as the task does: how often words repeat in a batch
+ * sets the work of the encoder's input projection (each distinct word is
+ * projected once, core/ops/matmul.c). Without a file, uniform random ids with
+ * about 1 in 1000 outside the vocabulary (20 per-batch OOV words). Targets:
+ * uniform random ids (the decoder's and head's work does not depend on the
+ * words). */
 static void
-fill_batch (PsmBatch *b, const PsmTaskInfo *in, int B, int T, int TY, PsmRng *rng)
+fill_batch (PsmBatch *b, const PsmTaskClass *tk, void *task, const PsmTaskInfo *in, const char *articles, int B,
+            int T, int TY, PsmRng *rng)
 {
-  const int n_oov = 20, V = in->ext_base;
-  psm_batch_reserve (b, B, T, TY);
-  for (int i = 0; i < T * B; i++) {
-    int32_t w = 4 + (int32_t) (psm_rng_uniform (rng) * (V + n_oov - 4));
-    b->src_ext[i] = w;
-    b->src[i] = w < V ? w : in->unk_id;
-    b->src_mask[i] = 1.0f;
+  const int V = in->ext_base;
+  int n_oov = 20;
+  PsmBatch text;
+  psm_batch_init (&text);
+  if (articles) {
+    GError *e = NULL;
+    char **lines = psm_read_lines (articles, "articles", &e);
+    if (!lines)
+      die (e);
+    GPtrArray *pick = g_ptr_array_new ();
+    for (int i = 0; lines[i] && (int) pick->len < B; i++) {
+      char **w = g_strsplit_set (lines[i], " \t", -1);
+      int n = 0;
+      for (int k = 0; w[k]; k++)
+        n += w[k][0] != 0;
+      if (n >= T)
+        g_ptr_array_add (pick, lines[i]);
+      g_strfreev (w);
+    }
+    if ((int) pick->len < B || !tk->text_batch
+        || !tk->text_batch (task, (const char *const *) pick->pdata, B, &text, &e) || text.T < T) {
+      fprintf (stderr, "bench-see: %s: no %d articles of %d tokens%s%s\n", articles, B, T, e ? ": " : "",
+               e ? e->message : "");
+      exit (1);
+    }
+    n_oov = text.oov_words ? (int) text.oov_words->len : 0;
+    g_ptr_array_free (pick, TRUE);
+    g_strfreev (lines);
   }
+  psm_batch_reserve (b, B, T, TY);
+  for (int t = 0; t < T; t++)
+    for (int j = 0; j < B; j++) {
+      int i = t * B + j;
+      int32_t w = articles ? text.src_ext[(size_t) t * text.B + j]
+                           : 4 + (int32_t) (psm_rng_uniform (rng) * (V + n_oov - 4));
+      b->src_ext[i] = w;
+      b->src[i] = w < V ? w : in->unk_id;
+      b->src_mask[i] = 1.0f;
+    }
   for (int t = 0; t < TY; t++)
     for (int j = 0; j < B; j++) {
       int i = t * B + j;
@@ -61,18 +102,23 @@ fill_batch (PsmBatch *b, const PsmTaskInfo *in, int B, int T, int TY, PsmRng *rn
   if (!b->oov_words)
     b->oov_words = g_ptr_array_new_with_free_func (g_free);
   for (int k = 0; k < n_oov; k++)
-    g_ptr_array_add (b->oov_words, g_strdup_printf ("oov%d", k));
+    g_ptr_array_add (b->oov_words, articles ? g_strdup (g_ptr_array_index (text.oov_words, k))
+                                            : g_strdup_printf ("oov%d", k));
   for (int j = 0; j < B; j++)
     b->example_id[j] = -1;
+  psm_batch_clear (&text);
 }
 
 /* GEMM FLOPs of one training step (forward; backward twice that: the
- * gradients of both operands), from the shapes of the model. */
+ * gradients of both operands), from the shapes of the model, as executed:
+ * the encoder's input projection on the U distinct source words when
+ * psm_linear projects each once (psm-ops.h; U = B T when it does not). */
 static double
-gemm_flops (int B, int T, int TY, int V)
+gemm_flops (int B, int T, int TY, int V, int U)
 {
   const double E = 128, H = 256, A = 2 * H;
-  double enc = 2.0 * 2 * B * T * (E * 4 * H + H * 4 * H)      /* input projection + recurrence, both directions */
+  double enc = 2.0 * 2 * U * E * 4 * H                          /* input projection, both directions */
+               + 2.0 * 2 * B * T * H * 4 * H                    /* recurrence, both directions */
                + 2.0 * B * T * 2 * H * A;                      /* W_h h_i, once per article */
   double dec_row = (E + 2 * H) * E + E * 4 * H + H * 4 * H     /* cell input, LSTM */
                    + 2 * H * A                                 /* W_s [h_t; c_t] */
@@ -125,7 +171,8 @@ main (int argc, char **argv)
     PsmBatch *b = psm_model_batch (m);
     PsmRng rng;
     psm_rng_seed (&rng, 1);
-    fill_batch (b, &info, B, T, TY, &rng);
+    const char *articles = g_getenv ("BENCH_SEE_ARTICLES");
+    fill_batch (b, tk, task, &info, articles && *articles ? articles : NULL, B, T, TY, &rng);
     if (!psm_batch_validate (b, &info, B, "bench-see", &e))
       die (e);
     PsmProfile *prof = g_new0 (PsmProfile, 1);
@@ -153,7 +200,9 @@ main (int argc, char **argv)
     printf ("psm train B=%d T=%d Ty=%d V=%d: %.1f ms/step, %.0f target tokens/s, loss %.3f, peak RSS %.0f MB "
             "(%ld timed steps, %d threads; %zu parameters)\n", B, T, TY, info.ext_base, 1e3 * dt, B * TY / dt, lv,
             peak_rss_mb (), steps - warm, omp_get_max_threads (), psm_params_size (params));
-    double gf = gemm_flops (B, T, TY, info.ext_base), peak = sgemm_peak ();
+    int U = projected_rows (b->src, b->T * b->B, info.src_vocab);
+    double gf = gemm_flops (B, T, TY, info.ext_base, U), peak = sgemm_peak ();
+    printf ("psm train: %d distinct source words of %d (the input projection's rows)\n", U, B * T);
     printf ("psm train: %.1f GEMM GFLOP a step, %.1f GFLOP/s = %.1f %% of sgemm 2048^3 (%.1f GFLOP/s)\n", gf / 1e9,
             gf / dt / 1e9, 100 * gf / dt / 1e9 / peak, peak);
     if (g_getenv ("BENCH_PROFILE"))

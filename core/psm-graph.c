@@ -123,6 +123,11 @@ struct PsmGraph {
   PsmPhase phase;
   gint64 mark;           /* µs: the last op or phase mark, when profiling */
   PsmRng *rng;           /* training: the stream dropout draws from; NULL otherwise */
+  /* the last embedding lookups (psm_graph_note_lookup), until the next reset */
+  const float *lk_rows[4];
+  PsmTensor *lk_table[4];
+  const int32_t *lk_ids[4];
+  int lk_n[4], n_lk;
 };
 
 const char *const psm_phase_names[PSM_PHASE_COUNT] = { "other", "encoder", "decoder", "head" };
@@ -226,6 +231,7 @@ psm_graph_reset (PsmGraph *g)
 {
   psm_arena_reset (g->arena);
   g->n_nodes = 0;
+  g->n_lk = 0;
   psm_graph_phase (g, PSM_PHASE_OTHER);
   if (g->deferred)
     g_ptr_array_set_size (g->deferred, 0);
@@ -319,6 +325,27 @@ void
 psm_graph_clear_repeats (PsmGraph *g)
 {
   g->n_rep = 0;
+}
+
+void
+psm_graph_note_lookup (PsmGraph *g, const float *rows, PsmTensor *table, const int32_t *ids, int n)
+{
+  int i = g->n_lk++ % (int) G_N_ELEMENTS (g->lk_rows);   /* the oldest goes */
+  g->lk_rows[i] = rows;
+  g->lk_table[i] = table;
+  g->lk_ids[i] = ids;
+  g->lk_n[i] = n;
+}
+
+PsmTensor *
+psm_graph_lookup_of (PsmGraph *g, const float *rows, int n, const int32_t **ids)
+{
+  for (int i = 0; i < MIN (g->n_lk, (int) G_N_ELEMENTS (g->lk_rows)); i++)
+    if (g->lk_rows[i] == rows && g->lk_n[i] == n) {
+      *ids = g->lk_ids[i];
+      return g->lk_table[i];
+    }
+  return NULL;
 }
 
 static void

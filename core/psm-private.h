@@ -54,6 +54,7 @@ typedef enum {
   PSM_OP_LOGSUMEXP,
   PSM_OP_DOT_SCORES,
   PSM_OP_BATCH_MAJOR,
+  PSM_OP_EMBEDDING_LINEAR,
   PSM_OP_COUNT
 } PsmOpKind;
 
@@ -219,6 +220,14 @@ void psm_graph_add_repeat (PsmGraph *g, const float *repeated, const float *comp
 const float *psm_graph_repeat_of (PsmGraph *g, const float *repeated, int *group);
 void psm_graph_clear_repeats (PsmGraph *g);
 
+/* Embedding lookups: psm_embedding notes that its n rows (at rows) are
+ * table[ids], and psm_linear, given them as x, projects each distinct id
+ * once (psm_embedding_linear, core/ops/matmul.c). The output of an op is
+ * never written in place, so the note holds until the next reset (the
+ * last four lookups are kept). */
+void psm_graph_note_lookup (PsmGraph *g, const float *rows, PsmTensor *table, const int32_t *ids, int n);
+PsmTensor *psm_graph_lookup_of (PsmGraph *g, const float *rows, int n, const int32_t **ids);
+
 /* Record a node when gradients flow to any input; returns NULL otherwise. */
 PsmNode *psm_graph_record (PsmGraph *g, PsmOpKind op, PsmTensor *out, int n_in, PsmTensor *const *in);
 /* Output tensor for an op over inputs: requires grad if any input does. */
@@ -235,6 +244,7 @@ PSM_DECLARE_BACKWARD (locked_dropout);
 PSM_DECLARE_BACKWARD (window_scores);
 PSM_DECLARE_BACKWARD (sentinel_nll);
 PSM_DECLARE_BACKWARD (linear);
+PSM_DECLARE_BACKWARD (embedding_linear);
 PSM_DECLARE_BACKWARD (add);
 PSM_DECLARE_BACKWARD (mul);
 PSM_DECLARE_BACKWARD (scale);

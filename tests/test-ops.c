@@ -18,7 +18,7 @@ typedef struct {
   float *x[6], *gx[6];
   int shape[6][3], nd[6];
   int which;
-  int32_t ids[64];
+  int32_t ids[128];
   float mask[256], z[64], w[64];
   int iarg[2];
 } Case;
@@ -194,6 +194,58 @@ START_TEST (test_linear)
   psm_graph_free (g);
   check_all ("linear", f_linear, &c, 3, 1e-2f);
   free_case (&c);
+}
+END_TEST
+
+/* ---- linear of an embedding lookup: each distinct id projected once ---- */
+static PsmTensor *
+f_embedding_linear (PsmGraph *g, void *ud)
+{
+  Case *c = ud;
+  int R = c->iarg[0];
+  PsmTensor *x = psm_embedding (g, in (g, c, 0), c->ids, R);
+  PsmTensor *y = psm_test_project (g, psm_linear (g, x, in (g, c, 1), c->which ? NULL : in (g, c, 2)));
+  /* which 2: the lookup read by another op too; its gradient adds to the table's */
+  return c->which == 2 ? psm_add (g, y, psm_test_project (g, psm_tanh (g, x))) : y;
+}
+
+START_TEST (test_embedding_linear)
+{
+  PsmRng rng;
+  psm_rng_seed (&rng, 8);
+  /* 100 rows (above PSM_PACKED_MAX_ROWS) over 7 ids: the projection runs on
+   * the 7 distinct rows; then 100 rows over 100 distinct ids: the plain GEMM */
+  for (int distinct = 0; distinct < 2; distinct++) {
+    Case c = { 0 };
+    int V = distinct ? 100 : 9, R = 100, K = 5, N = 6;
+    alloc_in (&c, 0, 2, V, K, 0, &rng, 1.0f);
+    alloc_in (&c, 1, 2, K, N, 0, &rng, 1.0f);
+    alloc_in (&c, 2, 1, N, 0, 0, &rng, 1.0f);
+    c.iarg[0] = R;
+    for (int r = 0; r < R; r++)
+      c.ids[r] = distinct ? (r * 37) % V : 1 + (r * r + 3 * r) % 7;
+    PsmGraph *g = psm_graph_new ();
+    PsmTensor *x = psm_embedding (g, in (g, &c, 0), c.ids, R);
+    PsmTensor *y = psm_linear (g, x, in (g, &c, 1), in (g, &c, 2));
+    ck_assert_int_eq (y->shape[0], R);
+    ck_assert_int_eq (y->shape[1], N);
+    for (int r = 0; r < R; r++)
+      for (int j = 0; j < N; j++) {
+        double s = c.x[2][j];
+        for (int k = 0; k < K; k++)
+          s += (double) c.x[0][c.ids[r] * K + k] * c.x[1][k * N + j];
+        ck_assert_msg (fabs (s - y->data[r * N + j]) < 1e-5, "row %d col %d: %g, expected %g", r, j,
+                       y->data[r * N + j], s);
+      }
+    psm_graph_free (g);
+    for (c.which = 0; c.which < 3; c.which++) {
+      char *what = g_strdup_printf ("embedding_linear (%s ids, %s)", distinct ? "distinct" : "repeated",
+                                    c.which == 0 ? "with bias" : c.which == 1 ? "no bias" : "lookup read twice");
+      check_all (what, f_embedding_linear, &c, c.which == 1 ? 2 : 3, 1e-2f);
+      g_free (what);
+    }
+    free_case (&c);
+  }
 }
 END_TEST
 
@@ -1687,6 +1739,7 @@ main (int argc, char **argv)
   tcase_add_test (tc, test_matmul);
   tcase_add_test (tc, test_fastmath);
   tcase_add_test (tc, test_linear);
+  tcase_add_test (tc, test_embedding_linear);
   tcase_add_test (tc, test_packed_weights);
   tcase_add_test (tc, test_unary);
   tcase_add_test (tc, test_binary);

@@ -26,8 +26,10 @@ psm_embedding (PsmGraph *g, PsmTensor *table, const int32_t *ids, int n)
     memcpy (y->data + (size_t) i * E, table->data + (size_t) id * E, E * sizeof (float));
   }
   PsmNode *nd = psm_graph_record (g, PSM_OP_EMBEDDING, y, 1, in);
+  const int32_t *kept = psm_graph_dup (g, ids, n * sizeof (int32_t));
   if (nd)
-    nd->aux[0] = psm_graph_dup (g, ids, n * sizeof (int32_t));
+    nd->aux[0] = kept;
+  psm_graph_note_lookup (g, y->data, table, kept, n);   /* for psm_linear of y */
   return y;
 }
 

@@ -12,7 +12,13 @@ G_BEGIN_DECLS
 /* --- linear algebra (core/ops/matmul.c) --- */
 /* C = op(A) op(B); A is viewed as [rows, cols]; with trans_a its transpose. */
 PsmTensor *psm_matmul (PsmGraph *g, PsmTensor *a, PsmTensor *b, gboolean trans_a, gboolean trans_b);
-/* y = x W + b (b may be NULL): one sgemm, bias fused. x [.., K], W [K, N]. */
+/* y = x W + b (b may be NULL): one sgemm, bias fused. x [.., K], W [K, N].
+ * When x is the whole of a psm_embedding output (an encoder's input, as the
+ * core hands it over) of more than 64 rows, and at least a quarter of them
+ * repeat an id, each distinct id's row is projected once and copied to the
+ * rows that have it (the profile names the op "embedding_linear"); the
+ * gradient then goes to the table and W directly, and x's own gradient gets
+ * nothing from this op. */
 PsmTensor *psm_linear (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b);
 
 /* --- elementwise (core/ops/elementwise.c) --- */
