@@ -8,6 +8,7 @@
 #include <glib.h>
 #include <stdlib.h>
 #include <sys/resource.h>
+#include "psm-private.h"
 
 static inline double
 peak_rss_mb (void)
@@ -47,9 +48,8 @@ sgemm_peak (void)
 }
 
 /* The rows psm_linear projects for an encoder's input of the R source ids
- * ids (psm-ops.h; the rule of core/ops/matmul.c's embedding_linear): the
- * distinct ids when there are more than 64 rows and at least a quarter of
- * them repeat one, else all R. */
+ * ids (psm-ops.h): the distinct ids when PSM_PROJECT_DISTINCT says so, as
+ * core/ops/matmul.c's embedding_linear decides, else all R. */
 static inline int
 projected_rows (const int32_t *ids, int R, int V)
 {
@@ -61,7 +61,7 @@ projected_rows (const int32_t *ids, int R, int V)
       u++;
     }
   g_free (seen);
-  return R > 64 && (long) u * 4 <= (long) R * 3 ? u : R;
+  return PSM_PROJECT_DISTINCT (u, R) ? u : R;
 }
 
 #endif

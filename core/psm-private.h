@@ -225,6 +225,10 @@ void psm_graph_clear_repeats (PsmGraph *g);
  * once (psm_embedding_linear, core/ops/matmul.c). The output of an op is
  * never written in place, so the note holds until the next reset (the
  * last four lookups are kept). */
+/* Whether a lookup of R rows holding u distinct ids is projected that way:
+ * more rows than a packed GEMM takes, a quarter or more repeating an id
+ * (below that the copies cost more than the rows saved). */
+#define PSM_PROJECT_DISTINCT(u, R) ((R) > PSM_PACKED_MAX_ROWS && (long) (u) * 4 <= (long) (R) * 3)
 void psm_graph_note_lookup (PsmGraph *g, const float *rows, PsmTensor *table, const int32_t *ids, int n);
 PsmTensor *psm_graph_lookup_of (PsmGraph *g, const float *rows, int n, const int32_t **ids);
 

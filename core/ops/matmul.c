@@ -165,7 +165,7 @@ embedding_linear (PsmGraph *g, PsmTensor *x, PsmTensor *table, const int32_t *id
     }
     which[r] = slot[id];
   }
-  if ((long) nu * 4 > (long) R * 3)
+  if (!PSM_PROJECT_DISTINCT (nu, R))
     return FALSE;
   float *xu = psm_graph_alloc (g, (size_t) nu * K * sizeof (float));
   float *u = psm_graph_alloc (g, (size_t) nu * N * sizeof (float));
@@ -243,7 +243,7 @@ psm_linear (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b)
   PsmTensor *y = psm_op_out (g, x->ndim, shape, 3, in);
   gboolean packed = use_packed (g, R, w);
   const int32_t *ids;
-  PsmTensor *table = packed || R <= PSM_PACKED_MAX_ROWS ? NULL : psm_graph_lookup_of (g, x->data, R, &ids);
+  PsmTensor *table = R > PSM_PACKED_MAX_ROWS ? psm_graph_lookup_of (g, x->data, R, &ids) : NULL;
   if (table && psm_tensor_cols (table) == K && embedding_linear (g, x, table, ids, w, b, y))
     return y;
   if (packed) {   /* the bias added as each block is stored */
