@@ -16,6 +16,7 @@ const PsmOpInfo psm_op_table[PSM_OP_COUNT] = {
   [PSM_OP_LOG_SOFTMAX] = { "log_softmax", psm_log_softmax_backward },
   [PSM_OP_EMBEDDING] = { "embedding", psm_embedding_backward },
   [PSM_OP_GATHER_ROWS] = { "gather_rows", psm_gather_rows_backward },
+  [PSM_OP_SCATTER_ROWS] = { "scatter_rows", psm_scatter_rows_backward },
   [PSM_OP_PICK] = { "pick", psm_pick_backward },
   [PSM_OP_CONCAT] = { "concat", psm_concat_backward },
   [PSM_OP_SLICE] = { "slice", psm_slice_backward },

@@ -303,6 +303,7 @@ f_unary (PsmGraph *g, void *ud)
   case 11: return psm_mean (g, psm_mul (g, x, x));
   case 12: y = psm_pick (g, x, c->ids); break;
   case 13: y = psm_gather_rows (g, x, c->ids, 5); break;
+  case 14: y = psm_scatter_rows (g, x, c->ids, 7); break;
   }
   if (c->which == 7) {
     /* -inf entries are masked: project only the kept ones */
@@ -332,10 +333,10 @@ START_TEST (test_unary)
 {
   const char *names[] = { "sigmoid", "tanh", "relu", "scale", "softmax", "log_softmax",
                           "masked_softmax", "masked_log_softmax", "transpose01", "slice",
-                          "mul/sum", "mul/mean", "pick", "gather_rows" };
+                          "mul/sum", "mul/mean", "pick", "gather_rows", "scatter_rows" };
   PsmRng rng;
   psm_rng_seed (&rng, 3);
-  for (int w = 0; w < 14; w++) {
+  for (int w = 0; w < 15; w++) {
     Case c = { 0 };
     c.which = w;
     alloc_in (&c, 0, w == 8 ? 3 : 2, 4, 6, 3, &rng, 2.0f);
@@ -350,6 +351,9 @@ START_TEST (test_unary)
     if (w == 12 || w == 7)
       for (int i = 0; i < 4; i++)
         c.ids[i] = (i == 2) ? -1 : 0;   /* every row keeps column 0; -1 skips */
+    if (w == 14)   /* x's 4 rows to rows 0, 2, 3, 6 of 7 */
+      for (int i = 0; i < 4; i++)
+        c.ids[i] = (int32_t[]) { 0, 2, 3, 6 }[i];
     if (w < 4) {
       PsmGraph *g = psm_graph_new ();
       PsmTensor *y = w == 0 ? psm_sigmoid (g, in (g, &c, 0)) : w == 1 ? psm_tanh (g, in (g, &c, 0))
@@ -1294,6 +1298,26 @@ START_TEST (test_layout_forward)
       ck_assert (e->data[i * 4 + j] == a[ids[i] * 4 + j]);
       ck_assert (gr->data[i * 4 + j] == a[ids[i] * 4 + j]);
     }
+  /* scatter_rows: x's 6 rows to rows 1, 2, 4, 5, 7, 8 of 9, the others 0;
+   * nonzero_rows gives those rows of a weight vector, NULL for all or none */
+  float wt[9] = { 0, 1, 0.5f, 0, 2, 1, 0, 1, 1 }, ones[3] = { 1, 1, 1 }, zeros3[3] = { 0 };
+  const int32_t *rows;
+  ck_assert_int_eq (psm_nonzero_rows (g, wt, 9, &rows), 6);
+  PsmTensor *sc = psm_scatter_rows (g, x, rows, 9);
+  ck_assert_int_eq (sc->shape[0], 9);
+  for (int r = 0, i = 0; r < 9; r++) {
+    if (wt[r] != 0.0f)
+      ck_assert_int_eq (rows[i], r);
+    for (int j = 0; j < 4; j++)
+      ck_assert (sc->data[r * 4 + j] == (wt[r] != 0.0f ? a[i * 4 + j] : 0.0f));
+    i += wt[r] != 0.0f;
+  }
+  ck_assert_int_eq (psm_nonzero_rows (g, ones, 3, &rows), 3);
+  ck_assert (rows == NULL);
+  ck_assert_int_eq (psm_nonzero_rows (g, zeros3, 3, &rows), 3);
+  ck_assert (rows == NULL);
+  ck_assert_int_eq (psm_nonzero_rows (g, NULL, 3, &rows), 3);
+  ck_assert (rows == NULL);
   int32_t k[6] = { 3, -1, 0, 2, 1, 1 };
   PsmTensor *pk = psm_pick (g, x, k);
   for (int r = 0; r < 6; r++)

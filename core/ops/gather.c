@@ -2,6 +2,7 @@
  * transpose of the two leading dims.
  *   embedding:   y[i] = W[id_i];          dW[id_i] += dy[i]   (scatter-add)
  *   gather_rows: y[i] = x[r_i];           dx[r_i] += dy[i]
+ *   scatter_rows: y[r_i] = x[i], else 0;  dx[i] += dy[r_i]
  *   gather_cols: y[.., j] = x[.., c_j];   dx[.., c_j] += dy[.., j]
  *   pick:        y[i] = x[i, k_i];        dx[i, k_i] += dy[i]
  *   concat:      y = [a | b];             da += dy[:, :Ca], db += dy[:, Ca:]
@@ -72,6 +73,55 @@ psm_gather_rows_backward (PsmNode *nd)
   for (int i = 0; i < n; i++) {
     float *dx = nd->in[0]->grad + (size_t) rows[i] * C;
     const float *dy = nd->out->grad + (size_t) i * C;
+    for (int j = 0; j < C; j++)
+      dx[j] += dy[j];
+  }
+}
+
+int
+psm_nonzero_rows (PsmGraph *g, const float *w, int R, const int32_t **rows)
+{
+  *rows = NULL;
+  int n = 0;
+  for (int r = 0; w && r < R; r++)
+    n += w[r] != 0.0f;
+  if (!w || n == R || n == 0)
+    return R;
+  int32_t *idx = psm_graph_alloc (g, (size_t) n * sizeof (int32_t));
+  for (int r = 0, i = 0; r < R; r++)
+    if (w[r] != 0.0f)
+      idx[i++] = r;
+  *rows = idx;
+  return n;
+}
+
+PsmTensor *
+psm_scatter_rows (PsmGraph *g, PsmTensor *x, const int32_t *rows, int R)
+{
+  int n = psm_tensor_rows (x), C = psm_tensor_cols (x);
+  for (int i = 0; i < n; i++)
+    g_return_val_if_fail (rows[i] >= 0 && rows[i] < R && (i == 0 || rows[i] > rows[i - 1]), NULL);
+  PsmTensor *in[1] = { x };
+  int shape[2] = { R, C };
+  PsmTensor *y = psm_op_out (g, 2, shape, 1, in);
+  memset (y->data, 0, y->n * sizeof (float));
+  for (int i = 0; i < n; i++)
+    memcpy (y->data + (size_t) rows[i] * C, x->data + (size_t) i * C, C * sizeof (float));
+  PsmNode *nd = psm_graph_record (g, PSM_OP_SCATTER_ROWS, y, 1, in);
+  if (nd)
+    nd->aux[0] = psm_graph_dup (g, rows, n * sizeof (int32_t));
+  return y;
+}
+
+void
+psm_scatter_rows_backward (PsmNode *nd)
+{
+  const int32_t *rows = nd->aux[0];
+  PsmTensor *x = nd->in[0];
+  int n = psm_tensor_rows (x), C = psm_tensor_cols (x);
+  for (int i = 0; i < n; i++) {
+    float *dx = x->grad + (size_t) i * C;
+    const float *dy = nd->out->grad + (size_t) rows[i] * C;
     for (int j = 0; j < C; j++)
       dx[j] += dy[j];
   }

@@ -47,6 +47,16 @@ PsmTensor *psm_logsumexp (PsmGraph *g, PsmTensor *x, const float *mask);
 PsmTensor *psm_embedding (PsmGraph *g, PsmTensor *table, const int32_t *ids, int n);
 /* Row gather: out[i] = x[rows[i]] (x viewed as [R, C]); beam reordering. */
 PsmTensor *psm_gather_rows (PsmGraph *g, PsmTensor *x, const int32_t *rows, int n);
+/* ABI 1.11: the rows that count, for computing only those. The rows r < R
+ * with w[r] != 0, in order, into *rows (g's arena), and their count; when
+ * all count or none does, *rows = NULL and R is returned (keep every row).
+ * The inverse of gathering them: psm_scatter_rows puts x's n rows back at
+ * rows[0..n) of y [R, C] (rows increasing), every other row 0; backward
+ * dx[i] += dy[rows[i]]. A head scores its vocabulary on the real target
+ * rows only (padding is a third of a CNN/DailyMail batch's):
+ *   x = psm_gather_rows (g, x, rows, n); ... lp = psm_scatter_rows (g, lp, rows, R) */
+int psm_nonzero_rows (PsmGraph *g, const float *w, int R, const int32_t **rows);
+PsmTensor *psm_scatter_rows (PsmGraph *g, PsmTensor *x, const int32_t *rows, int R);
 /* out[i] = x[i, idx[i]] for x [R, C]; idx < 0 gives 0 and no gradient. */
 PsmTensor *psm_pick (PsmGraph *g, PsmTensor *x, const int32_t *idx);
 PsmTensor *psm_concat (PsmGraph *g, PsmTensor *a, PsmTensor *b);   /* last dim */

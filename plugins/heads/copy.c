@@ -18,8 +18,9 @@
  * Zg, Zc the log-sums of the generate and copy terms, training never builds
  * the joint distribution: it gathers the target's log P_gen
  * (pick_log_softmax), its copy mass (gather_mass) and mixes them
- * (mixture_nll), all Ty steps at once. A word outside Y that the source
- * holds is produced only by copying; a word in neither is <unk>.
+ * (mixture_nll), all Ty steps at once; the generate scores are computed on
+ * the real target rows only (not on padding). A word outside Y that the
+ * source holds is produced only by copying; a word in neither is <unk>.
  *
  * The decoder's next input (eq. 15): a word in Y uses its embedding; a word
  * outside Y that the source holds uses p_i = tanh(h²_i W_c + b_c) of its
@@ -103,12 +104,16 @@ rows_of (PsmGraph *g, PsmTensor *x, int R)
   return psm_tensor_reshape (g, x, 2, shape);
 }
 
-/* The generate scores [R, V'] (V' = the batch's candidates, if it has). */
+/* The generate scores [R, V'] (V' = the batch's candidates, if it has), or
+ * [n, V'] of the n rows at rows[] (rows NULL: all). */
 static PsmTensor *
-gen_logits (Copy *s, PsmGraph *g, PsmParams *p, const PsmDecOut *out, const PsmBatch *batch)
+gen_logits (Copy *s, PsmGraph *g, PsmParams *p, const PsmDecOut *out, const PsmBatch *batch, const int32_t *rows,
+            int n)
 {
   int R = out->Ty * out->B;
   PsmTensor *u = rows_of (g, out->context ? psm_concat (g, out->state, out->context) : out->state, R);
+  if (rows)
+    u = psm_gather_rows (g, u, rows, n);
   if (s->hidden) {
     u = psm_linear (g, u, psm_param (g, p, s->w_u), psm_param (g, p, s->b_u));
     if (!s->linear)
@@ -167,11 +172,26 @@ cp_loss (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const Ps
     int v = vocab_slot (s, b, w);
     tv[r] = v >= 0 ? v : first_position (b, r % b->B, w) >= 0 ? -1 : vocab_slot (s, b, s->unk);
   }
+  /* the generate scores on the real target rows only (padding has weight 0
+   * in mixture_nll) */
+  const int32_t *rows;
+  int n = psm_nonzero_rows (g, b->tgt_mask, R, &rows);
+  int32_t *tr = tv;
+  if (rows) {
+    tr = psm_arena_alloc (psm_graph_arena (g), n * sizeof (int32_t));
+    for (int i = 0; i < n; i++)
+      tr[i] = tv[rows[i]];
+  }
   float *mask;
-  PsmTensor *gl = gen_logits (s, g, p, out, b), *cl = copy_logits (s, g, p, enc, out, &mask);
-  PsmTensor *z = psm_add (g, psm_logsumexp (g, gl, NULL), psm_scale (g, psm_logsumexp (g, cl, mask), -1.0f));
+  PsmTensor *gl = gen_logits (s, g, p, out, b, rows, n), *cl = copy_logits (s, g, p, enc, out, &mask);
+  PsmTensor *zg = psm_logsumexp (g, gl, NULL), *lv = psm_pick_log_softmax (g, gl, tr);
+  if (rows) {
+    zg = psm_scatter_rows (g, zg, rows, R);
+    lv = psm_scatter_rows (g, lv, rows, R);
+  }
+  PsmTensor *z = psm_add (g, zg, psm_scale (g, psm_logsumexp (g, cl, mask), -1.0f));
   PsmTensor *mass = psm_gather_mass (g, psm_masked_softmax (g, cl, mask), b->src_ext, b->B, b->tgt_ext);
-  return psm_mixture_nll (g, z, psm_pick_log_softmax (g, gl, tv), mass, b->tgt_mask);
+  return psm_mixture_nll (g, z, lv, mass, b->tgt_mask);
 }
 
 static int
@@ -203,7 +223,7 @@ cp_scores (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const 
   Copy *s = self;
   int n = out->B, T = enc->T, V = vocab_part (s, b), S = V + T;
   float *mask;
-  PsmTensor *gl = gen_logits (s, g, p, out, b), *cl = copy_logits (s, g, p, enc, out, &mask);
+  PsmTensor *gl = gen_logits (s, g, p, out, b, NULL, 0), *cl = copy_logits (s, g, p, enc, out, &mask);
   int shape[2] = { n, S }, gs[2] = { n, 1 };
   PsmTensor *sc = psm_tensor_new (g, 2, shape, FALSE);
   s->last_gate = psm_tensor_new (g, 2, gs, FALSE);
@@ -274,7 +294,7 @@ cp_gate (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const Ps
   if (s->last_state == out->state->data && s->last_gate && psm_tensor_rows (s->last_gate) == out->B)
     return s->last_gate;
   float *mask;
-  PsmTensor *gl = gen_logits (s, g, p, out, b), *cl = copy_logits (s, g, p, enc, out, &mask);
+  PsmTensor *gl = gen_logits (s, g, p, out, b, NULL, 0), *cl = copy_logits (s, g, p, enc, out, &mask);
   return psm_sigmoid (g, psm_add (g, psm_logsumexp (g, gl, NULL), psm_scale (g, psm_logsumexp (g, cl, mask), -1.0f)));
 }
 

@@ -8,8 +8,8 @@
  * loss_t = -log P(w*_t) + lambda sum_i min(a_i, c_i)              (eq. 13)
  * averaged over real target steps. Training never builds P over the
  * extended vocabulary: it gathers the target's log P_vocab
- * (pick_log_softmax) and its copy mass (gather_mass); decoding scatters the
- * attention onto it (scatter_add). */
+ * (pick_log_softmax, computed on the real target rows only) and its copy
+ * mass (gather_mass); decoding scatters the attention onto it (scatter_add). */
 #include <psm/psm.h>
 #include <string.h>
 
@@ -60,11 +60,15 @@ pg_create (const PsmSection *cfg, const PsmBuildCtx *ctx, GError **error)
 
 static void pg_destroy (void *self) { g_free (self); }
 
+/* The vocabulary scores [R, V] of the rows of [s_t; h*_t], or of its n
+ * rows at rows[] (rows NULL: all) */
 static PsmTensor *
-logits (PtrGen *s, PsmGraph *g, PsmParams *p, const PsmDecOut *out)
+logits (PtrGen *s, PsmGraph *g, PsmParams *p, const PsmDecOut *out, const int32_t *rows, int n)
 {
-  PsmTensor *u = psm_linear (g, psm_concat (g, out->state, out->context), psm_param (g, p, s->w_v),
-                             psm_param (g, p, s->b_v));
+  PsmTensor *x = psm_concat (g, out->state, out->context);
+  if (rows)
+    x = psm_gather_rows (g, x, rows, n);
+  PsmTensor *u = psm_linear (g, x, psm_param (g, p, s->w_v), psm_param (g, p, s->b_v));
   return psm_linear (g, u, psm_param (g, p, s->w_o), psm_param (g, p, s->b_o));
 }
 
@@ -96,7 +100,18 @@ pg_loss (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const Ps
       tv[r] = tc[r] = s->unk;
     }
   }
-  PsmTensor *lv = psm_pick_log_softmax (g, logits (s, g, p, out), tv);
+  /* P_vocab on the real target rows only (padding has weight 0 below) */
+  const int32_t *rows;
+  int n = psm_nonzero_rows (g, b->tgt_mask, R, &rows);
+  int32_t *tr = tv;
+  if (rows) {
+    tr = psm_arena_alloc (psm_graph_arena (g), n * sizeof (int32_t));
+    for (int i = 0; i < n; i++)
+      tr[i] = tv[rows[i]];
+  }
+  PsmTensor *lv = psm_pick_log_softmax (g, logits (s, g, p, out, rows, n), tr);
+  if (rows)
+    lv = psm_scatter_rows (g, lv, rows, R);
   PsmTensor *mass = psm_gather_mass (g, out->attn, b->src_ext, b->B, tc);
   PsmTensor *loss = psm_mixture_nll (g, gate_logit (s, g, p, out), lv, mass, b->tgt_mask);
   if (s->cov_wt > 0 && out->coverage)
@@ -114,7 +129,7 @@ static PsmTensor *
 pg_scores (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const PsmDecOut *out, const PsmBatch *b)
 {
   PtrGen *s = self;
-  PsmTensor *pv = psm_softmax (g, logits (s, g, p, out));
+  PsmTensor *pv = psm_softmax (g, logits (s, g, p, out, NULL, 0));
   PsmTensor *pg = psm_sigmoid (g, gate_logit (s, g, p, out));
   PsmTensor *a = psm_tensor_step (g, out->attn, 0);
   PsmTensor *mix = psm_scatter_add (g, psm_mul_rows (g, pv, pg), psm_mul_rows (g, a, psm_affine (g, pg, -1.0f, 1.0f)),

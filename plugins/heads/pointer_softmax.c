@@ -209,17 +209,19 @@ forward_step (PointerSoftmax *s, PsmGraph *g, PsmParams *p, const PsmEncoding *e
 }
 
 /* seq2seq, every step as a row: the shortlist logits [Ty B, V] (V: the
- * batch's candidates, if it has) from [s_t; c_t] and the switch logit k x
- * [Ty B, 1] from x_t = [s_t; c_t; y_(t-1)]. */
+ * batch's candidates, if it has) from [s_t; c_t], or [nr, V] of the nr rows
+ * at rows[] (rows NULL: all), and the switch logit k x [Ty B, 1] from
+ * x_t = [s_t; c_t; y_(t-1)]. */
 static void
 s2s_parts (PointerSoftmax *s, PsmGraph *g, PsmParams *p, const PsmDecOut *out, const PsmBatch *batch,
-           PsmTensor **logits, PsmTensor **kx)
+           const int32_t *rows, int nr, PsmTensor **logits, PsmTensor **kx)
 {
   PsmTensor *sc = psm_concat (g, out->state, out->context), *scx = psm_concat (g, sc, out->input);
   int n = out->Ty * out->B, shape[2] = { n, psm_tensor_cols (scx) }, sc_shape[2] = { n, psm_tensor_cols (sc) };
-  PsmTensor *x = psm_tensor_reshape (g, scx, 2, shape);
-  PsmTensor *uw = psm_tanh (g, psm_linear (g, psm_tensor_reshape (g, sc, 2, sc_shape), psm_param (g, p, s->w_w),
-                                           psm_param (g, p, s->b_w)));
+  PsmTensor *x = psm_tensor_reshape (g, scx, 2, shape), *u = psm_tensor_reshape (g, sc, 2, sc_shape);
+  if (rows)
+    u = psm_gather_rows (g, u, rows, nr);
+  PsmTensor *uw = psm_tanh (g, psm_linear (g, u, psm_param (g, p, s->w_w), psm_param (g, p, s->b_w)));
   PsmTensor *w = psm_param (g, p, s->u_w), *b = psm_param (g, p, s->b_U);
   if (batch->n_cand > 0) {
     w = psm_gather_cols (g, w, batch->cand, batch->n_cand);
@@ -279,8 +281,22 @@ s2s_loss (PointerSoftmax *s, PsmGraph *g, PsmParams *p, const PsmDecOut *out, co
   int one = 1;
   if (W == 0.0)
     return psm_tensor_zeros (g, 1, &one, FALSE);
+  /* the shortlist logits on the rows that score a shortlist word only (not
+   * on padding, nor on the rows the pointer scores) */
+  const int32_t *rows;
+  int nr = psm_nonzero_rows (g, ws, n, &rows);
+  if (rows) {
+    int32_t *tc = psm_arena_alloc (psm_graph_arena (g), (size_t) nr * sizeof (int32_t));
+    float *wc = psm_arena_alloc (psm_graph_arena (g), (size_t) nr * sizeof (float));
+    for (int i = 0; i < nr; i++) {
+      tc[i] = tgt[rows[i]];
+      wc[i] = ws[rows[i]];
+    }
+    tgt = tc;
+    ws = wc;
+  }
   PsmTensor *logits, *kx;
-  s2s_parts (s, g, p, out, batch, &logits, &kx);
+  s2s_parts (s, g, p, out, batch, rows, nr, &logits, &kx);
   PsmTensor *loss = psm_bce_logits (g, kx, batch->tgt_switch, batch->tgt_mask);
   if (Ws > 0)
     loss = psm_add (g, loss, psm_scale (g, psm_cross_entropy (g, logits, tgt, ws), (float) (Ws / W)));
@@ -364,7 +380,7 @@ one_step (PointerSoftmax *s, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, 
           const PsmBatch *batch, gboolean logp, Step *st)
 {
   if (s->seq2seq) {
-    s2s_parts (s, g, p, out, batch, &st->logits, &st->kx);
+    s2s_parts (s, g, p, out, batch, NULL, 0, &st->logits, &st->kx);
     if (logp) {
       st->logp_w = psm_log_softmax (g, st->logits);
       st->logp_l = psm_log (g, attn_rows (g, out));

@@ -4,9 +4,10 @@
  * See et al.'s baseline, P_vocab = softmax(V'(V [s_t; h*_t] + b) + b'),
  * eq. 4). With a decoder that has a context h*_t, s is [s_t; h*_t]. Loss:
  * mean cross-entropy of the shortlist target (unk where the word is
- * outside). With tie_embedding the output weights are the token embedding
- * table, W = E^T (Press & Wolf 2017; Inan et al. 2017): u must have the
- * embedding's width and the table the shortlist's rows. A batch with
+ * outside), scored on the real target rows only (not on padding). With
+ * tie_embedding the output weights are the token embedding table, W = E^T
+ * (Press & Wolf 2017; Inan et al. 2017): u must have the embedding's width
+ * and the table the shortlist's rows. A batch with
  * candidates (PsmBatch.cand, the large-vocabulary trick of Jean et al.
  * 2015) restricts the softmax to them: only their rows of the output
  * weights are used, and the output space is the candidate list. */
@@ -64,10 +65,15 @@ sm_create (const PsmSection *cfg, const PsmBuildCtx *ctx, GError **error)
 
 static void sm_destroy (void *self) { g_free (self); }
 
+/* The scores of the rows of [state; context] (or of state), or of its n
+ * rows at rows[] (rows NULL: all). */
 static PsmTensor *
-logits (Softmax *s, PsmGraph *g, PsmParams *p, PsmTensor *state, PsmTensor *context, const PsmBatch *batch)
+logits (Softmax *s, PsmGraph *g, PsmParams *p, PsmTensor *state, PsmTensor *context, const int32_t *rows, int n,
+        const PsmBatch *batch)
 {
   PsmTensor *u = s->with_context ? psm_concat (g, state, context) : state;
+  if (rows)
+    u = psm_gather_rows (g, u, rows, n);
   if (s->hidden) {
     u = psm_linear (g, u, psm_param (g, p, s->w_u), psm_param (g, p, s->b_u));
     if (!s->linear)
@@ -99,9 +105,23 @@ static PsmTensor *
 sm_loss (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const PsmDecOut *out,
          const PsmBatch *batch)
 {
-  /* All Ty steps in one GEMM: rows of [Ty, B, V] follow tgt's [Ty, B]. */
-  return psm_cross_entropy (g, logits (self, g, p, out->state, out->context, batch),
-                            targets (g, batch, out->Ty * out->B), batch->tgt_mask);
+  /* All Ty steps in one GEMM: rows of [Ty, B, V] follow tgt's [Ty, B];
+   * only the real target rows when some are padding (weight 0). */
+  int R = out->Ty * out->B;
+  const int32_t *rows, *t = targets (g, batch, R);
+  const float *w = batch->tgt_mask;
+  int n = psm_nonzero_rows (g, w, R, &rows);
+  if (rows) {
+    int32_t *tc = psm_arena_alloc (psm_graph_arena (g), (size_t) n * sizeof (int32_t));
+    float *wc = psm_arena_alloc (psm_graph_arena (g), (size_t) n * sizeof (float));
+    for (int i = 0; i < n; i++) {
+      tc[i] = t[rows[i]];
+      wc[i] = w[rows[i]];
+    }
+    t = tc;
+    w = wc;
+  }
+  return psm_cross_entropy (g, logits (self, g, p, out->state, out->context, rows, n, batch), t, w);
 }
 
 static int sm_space (void *self, const PsmBatch *batch) { return PSM_BATCH_VOCAB (batch, ((Softmax *) self)->V); }
@@ -112,7 +132,7 @@ sm_scores (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const 
 {
   Softmax *s = self;
   PsmTensor *l = logits (s, g, p, psm_tensor_step (g, out->state, 0),
-                         s->with_context ? psm_tensor_step (g, out->context, 0) : NULL, batch);
+                         s->with_context ? psm_tensor_step (g, out->context, 0) : NULL, NULL, 0, batch);
   return psm_log_softmax (g, l);
 }
 
@@ -126,11 +146,21 @@ static void
 sm_token_logp (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const PsmDecOut *out,
                const PsmBatch *batch, float *logp, float *gate)
 {
-  PsmTensor *lp = psm_pick_log_softmax (g, logits (self, g, p, out->state, out->context, batch),
-                                        targets (g, batch, out->Ty * out->B));
-  for (int r = 0; r < out->Ty * out->B; r++)
+  int R = out->Ty * out->B;
+  const int32_t *rows, *t = targets (g, batch, R);
+  int n = psm_nonzero_rows (g, batch->tgt_mask, R, &rows);
+  if (rows) {   /* the real rows only */
+    int32_t *tc = psm_arena_alloc (psm_graph_arena (g), (size_t) n * sizeof (int32_t));
+    for (int i = 0; i < n; i++)
+      tc[i] = t[rows[i]];
+    t = tc;
+  }
+  PsmTensor *lp = psm_pick_log_softmax (g, logits (self, g, p, out->state, out->context, rows, n, batch), t);
+  for (int i = 0; i < n; i++) {
+    int r = rows ? rows[i] : i;
     if (batch->tgt_mask[r] != 0.0f)
-      logp[r] = lp->data[r];
+      logp[r] = lp->data[i];
+  }
 }
 
 static const PsmHeadClass klass = {
