@@ -95,6 +95,15 @@ psm_nonzero_rows (PsmGraph *g, const float *w, int R, const int32_t **rows)
   return n;
 }
 
+void *
+psm_gather_elems (PsmGraph *g, const void *src, size_t elem, const int32_t *rows, int n)
+{
+  char *out = psm_graph_alloc (g, MAX (n, 1) * elem);
+  for (int i = 0; i < n; i++)
+    memcpy (out + i * elem, (const char *) src + (size_t) rows[i] * elem, elem);
+  return out;
+}
+
 PsmTensor *
 psm_scatter_rows (PsmGraph *g, PsmTensor *x, const int32_t *rows, int R)
 {

@@ -56,6 +56,9 @@ PsmTensor *psm_gather_rows (PsmGraph *g, PsmTensor *x, const int32_t *rows, int 
  * rows only (padding is a third of a CNN/DailyMail batch's):
  *   x = psm_gather_rows (g, x, rows, n); ... lp = psm_scatter_rows (g, lp, rows, R) */
 int psm_nonzero_rows (PsmGraph *g, const float *w, int R, const int32_t **rows);
+/* out[i] = src[rows[i]] for i < n, elements of elem bytes, in g's arena:
+ * the targets and weights of those rows. */
+void *psm_gather_elems (PsmGraph *g, const void *src, size_t elem, const int32_t *rows, int n);
 PsmTensor *psm_scatter_rows (PsmGraph *g, PsmTensor *x, const int32_t *rows, int R);
 /* out[i] = x[i, idx[i]] for x [R, C]; idx < 0 gives 0 and no gradient. */
 PsmTensor *psm_pick (PsmGraph *g, PsmTensor *x, const int32_t *idx);

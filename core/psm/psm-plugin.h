@@ -47,8 +47,8 @@ G_BEGIN_DECLS
  * psm_section_from_text and psm_section_destroy (a plugin's own tests build
  * it from a config text, as the example project under doc/examples does);
  * psm_params_numel. 1.10: PsmTaskClass.source_length and .eval_batch_of
- * (decoding in batches of similar source length). 1.11: psm_nonzero_rows
- * and psm_scatter_rows (heads score their vocabulary on the real target
+ * (decoding in batches of similar source length). 1.11: psm_nonzero_rows,
+ * psm_gather_elems and psm_scatter_rows (heads score their vocabulary on the real target
  * rows only, not on padding). */
 #define PSM_ABI_MAJOR 1
 #define PSM_ABI_MINOR 11

@@ -176,12 +176,7 @@ cp_loss (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const Ps
    * in mixture_nll) */
   const int32_t *rows;
   int n = psm_nonzero_rows (g, b->tgt_mask, R, &rows);
-  int32_t *tr = tv;
-  if (rows) {
-    tr = psm_arena_alloc (psm_graph_arena (g), n * sizeof (int32_t));
-    for (int i = 0; i < n; i++)
-      tr[i] = tv[rows[i]];
-  }
+  const int32_t *tr = rows ? psm_gather_elems (g, tv, sizeof *tv, rows, n) : tv;
   float *mask;
   PsmTensor *gl = gen_logits (s, g, p, out, b, rows, n), *cl = copy_logits (s, g, p, enc, out, &mask);
   PsmTensor *zg = psm_logsumexp (g, gl, NULL), *lv = psm_pick_log_softmax (g, gl, tr);

@@ -103,12 +103,7 @@ pg_loss (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const Ps
   /* P_vocab on the real target rows only (padding has weight 0 below) */
   const int32_t *rows;
   int n = psm_nonzero_rows (g, b->tgt_mask, R, &rows);
-  int32_t *tr = tv;
-  if (rows) {
-    tr = psm_arena_alloc (psm_graph_arena (g), n * sizeof (int32_t));
-    for (int i = 0; i < n; i++)
-      tr[i] = tv[rows[i]];
-  }
+  const int32_t *tr = rows ? psm_gather_elems (g, tv, sizeof *tv, rows, n) : tv;
   PsmTensor *lv = psm_pick_log_softmax (g, logits (s, g, p, out, rows, n), tr);
   if (rows)
     lv = psm_scatter_rows (g, lv, rows, R);

@@ -286,14 +286,8 @@ s2s_loss (PointerSoftmax *s, PsmGraph *g, PsmParams *p, const PsmDecOut *out, co
   const int32_t *rows;
   int nr = psm_nonzero_rows (g, ws, n, &rows);
   if (rows) {
-    int32_t *tc = psm_arena_alloc (psm_graph_arena (g), (size_t) nr * sizeof (int32_t));
-    float *wc = psm_arena_alloc (psm_graph_arena (g), (size_t) nr * sizeof (float));
-    for (int i = 0; i < nr; i++) {
-      tc[i] = tgt[rows[i]];
-      wc[i] = ws[rows[i]];
-    }
-    tgt = tc;
-    ws = wc;
+    tgt = psm_gather_elems (g, tgt, sizeof *tgt, rows, nr);
+    ws = psm_gather_elems (g, ws, sizeof *ws, rows, nr);
   }
   PsmTensor *logits, *kx;
   s2s_parts (s, g, p, out, batch, rows, nr, &logits, &kx);

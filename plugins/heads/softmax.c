@@ -112,14 +112,8 @@ sm_loss (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const Ps
   const float *w = batch->tgt_mask;
   int n = psm_nonzero_rows (g, w, R, &rows);
   if (rows) {
-    int32_t *tc = psm_arena_alloc (psm_graph_arena (g), (size_t) n * sizeof (int32_t));
-    float *wc = psm_arena_alloc (psm_graph_arena (g), (size_t) n * sizeof (float));
-    for (int i = 0; i < n; i++) {
-      tc[i] = t[rows[i]];
-      wc[i] = w[rows[i]];
-    }
-    t = tc;
-    w = wc;
+    t = psm_gather_elems (g, t, sizeof *t, rows, n);
+    w = psm_gather_elems (g, w, sizeof *w, rows, n);
   }
   return psm_cross_entropy (g, logits (self, g, p, out->state, out->context, rows, n, batch), t, w);
 }
@@ -149,12 +143,8 @@ sm_token_logp (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, co
   int R = out->Ty * out->B;
   const int32_t *rows, *t = targets (g, batch, R);
   int n = psm_nonzero_rows (g, batch->tgt_mask, R, &rows);
-  if (rows) {   /* the real rows only */
-    int32_t *tc = psm_arena_alloc (psm_graph_arena (g), (size_t) n * sizeof (int32_t));
-    for (int i = 0; i < n; i++)
-      tc[i] = t[rows[i]];
-    t = tc;
-  }
+  if (rows)   /* the real rows only */
+    t = psm_gather_elems (g, t, sizeof *t, rows, n);
   PsmTensor *lp = psm_pick_log_softmax (g, logits (self, g, p, out->state, out->context, rows, n, batch), t);
   for (int i = 0; i < n; i++) {
     int r = rows ? rows[i] : i;
