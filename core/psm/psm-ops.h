@@ -53,7 +53,7 @@ PsmTensor *psm_gather_rows (PsmGraph *g, PsmTensor *x, const int32_t *rows, int 
  * The inverse of gathering them: psm_scatter_rows puts x's n rows back at
  * rows[0..n) of y [R, C] (rows increasing), every other row 0; backward
  * dx[i] += dy[rows[i]]. A head scores its vocabulary on the real target
- * rows only (padding is a third of a CNN/DailyMail batch's):
+ * rows only (padding is two fifths of a CNN/DailyMail batch's):
  *   x = psm_gather_rows (g, x, rows, n); ... lp = psm_scatter_rows (g, lp, rows, R) */
 int psm_nonzero_rows (PsmGraph *g, const float *w, int R, const int32_t **rows);
 /* out[i] = src[rows[i]] for i < n, elements of elem bytes, in g's arena:
