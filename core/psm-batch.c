@@ -103,6 +103,56 @@ psm_batch_keep_rows (PsmBatch *b, int lo, int n)
   b->B = n;
 }
 
+gboolean
+psm_batch_sort_by_target (PsmBatch *b)
+{
+  int B = b->B;
+  int *len = g_new (int, B), *order = g_new (int, B);
+  for (int j = 0; j < B; j++) {
+    len[j] = 0;
+    for (int t = 0; t < b->Ty; t++)
+      if (PSM_AT (b->tgt_mask, b, t, j) != 0.0f)
+        len[j] = t + 1;
+  }
+  /* stable insertion sort, longest first (B is a minibatch's size) */
+  gboolean moved = FALSE;
+  for (int j = 0; j < B; j++) {
+    int k = j;
+    for (; k > 0 && len[order[k - 1]] < len[j]; k--)
+      order[k] = order[k - 1];
+    order[k] = j;
+    moved |= k != j;
+  }
+  if (moved) {
+    void *tmp = g_malloc ((size_t) B * 4);
+#define PERMUTE(field, steps)                                                   \
+    G_STATIC_ASSERT (sizeof *b->field == 4);                                   \
+    for (int t = 0; t < (steps); t++) {                                        \
+      __typeof__ (b->field) row = b->field + (size_t) t * B, to = tmp;         \
+      for (int j = 0; j < B; j++)                                              \
+        to[j] = row[order[j]];                                                 \
+      memcpy (row, tmp, (size_t) B * 4);                                       \
+    }
+    PERMUTE (src, b->T);
+    PERMUTE (src_ext, b->T);
+    PERMUTE (src_mask, b->T);
+    PERMUTE (src_seg, b->T);
+    PERMUTE (dec_in, b->Ty);
+    PERMUTE (tgt, b->Ty);
+    PERMUTE (tgt_ext, b->Ty);
+    PERMUTE (tgt_mask, b->Ty);
+    PERMUTE (tgt_switch, b->Ty);
+    PERMUTE (tgt_loc, b->Ty);
+    PERMUTE (example_id, 1);
+    PERMUTE (keep, 1);
+#undef PERMUTE
+    g_free (tmp);
+  }
+  g_free (len);
+  g_free (order);
+  return moved;
+}
+
 void
 psm_batch_share (const PsmBatch *b, int rank, int n, int *lo, int *hi)
 {

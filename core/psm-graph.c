@@ -353,6 +353,7 @@ deferred_free (gpointer p)
 {
   PsmDeferredValues *d = p;
   g_array_unref (d->steps);
+  g_array_unref (d->rows);
   g_free (d);
 }
 
@@ -375,6 +376,7 @@ psm_graph_add_deferred_values (PsmGraph *g, const float *grad)
   PsmDeferredValues *d = g_new0 (PsmDeferredValues, 1);
   d->grad = grad;
   d->steps = g_array_new (FALSE, FALSE, sizeof (const float *));
+  d->rows = g_array_new (FALSE, FALSE, sizeof (int));
   g_ptr_array_add (g->deferred, d);
   return d;
 }

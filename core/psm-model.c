@@ -56,6 +56,7 @@ struct PsmModel {
   const PsmPlugin *enc_plugin;  /* its ABI minor: does it know carry_at? */
   const char *head_name;        /* the head plugin's name (JSON output) */
   gboolean check_mode;          /* psm_model_check_mode */
+  gboolean all_rows;            /* psm_model_set_all_rows */
 };
 
 PsmGraph *psm_model_graph (PsmModel *m) { return m->g; }
@@ -646,18 +647,63 @@ summary_step (PsmModel *m, PsmGraph *g, const PsmBatch *b, const PsmEncoding *en
   out->state = psm_tensor_reshape (g, enc->summary, 3, s3);
 }
 
-/* Copies step t's output x [B, C] into the stack *seq [Ty, B, C], made at
- * the first step. */
+/* Copies step t's output x [R, C] into rows 0 .. R - 1 of step t of the
+ * stack *seq [Ty, B, C], made at the first step; rows R .. B - 1 of the
+ * step (past their targets' end, PSM_DECODER_LIVE_ROWS) are zeros. */
 static void
-stack_step (PsmGraph *g, PsmTensor **seq, int Ty, int t, PsmTensor *x)
+stack_step (PsmGraph *g, PsmTensor **seq, int Ty, int B, int t, PsmTensor *x)
 {
   if (!x)
     return;
+  int R = psm_tensor_rows (x), C = psm_tensor_cols (x);
+  g_return_if_fail (R <= B);
   if (!*seq) {
-    int shape[3] = { Ty, psm_tensor_rows (x), psm_tensor_cols (x) };
+    int shape[3] = { Ty, B, C };
     *seq = psm_tensor_new (g, 3, shape, x->grad != NULL);
   }
-  psm_set_step (g, *seq, t, x);
+  if (R == B) {
+    psm_set_step (g, *seq, t, x);
+    return;
+  }
+  size_t at = (size_t) t * B * C;
+  memset ((*seq)->data + at + (size_t) R * C, 0, (size_t) (B - R) * C * sizeof (float));
+  int shape[3] = { 1, R, C };
+  psm_set_step (g, psm_tensor_view (g, *seq, at, 3, shape), 0, x);
+}
+
+/* The first R rows of a batch-major x [B, C] (a view: no copy, its
+ * gradient x's). */
+static PsmTensor *
+first_rows (PsmGraph *g, PsmTensor *x, int R)
+{
+  if (psm_tensor_rows (x) == R)
+    return x;
+  int shape[2] = { R, psm_tensor_cols (x) };
+  return psm_tensor_view (g, x, 0, 2, shape);
+}
+
+/* live[t]: 1 + the last row with a real target at step t or later (at
+ * least 1): with the rows in order of target length (psm_batch_sort_by_
+ * target) exactly the rows still decoding at t. NULL when every step runs
+ * on all rows (a decoder without PSM_DECODER_LIVE_ROWS, or no step with
+ * fewer). */
+static int *
+live_rows (PsmModel *m, PsmGraph *g, const PsmBatch *b)
+{
+  if (m->all_rows || !(PSM_STRUCT_FIELD (m->dk, flags, 0u) & PSM_DECODER_LIVE_ROWS))
+    return NULL;
+  int *live = psm_graph_alloc (g, (size_t) b->Ty * sizeof (int)), R = 1;
+  gboolean fewer = FALSE;
+  for (int t = b->Ty - 1; t >= 0; t--) {
+    for (int j = b->B - 1; j >= R; j--)
+      if (PSM_AT (b->tgt_mask, b, t, j) != 0.0f) {
+        R = j + 1;
+        break;
+      }
+    live[t] = R;
+    fewer |= R < b->B;
+  }
+  return fewer ? live : NULL;
 }
 
 typedef PsmTensor *(*InputEmbedFn) (void *, PsmGraph *, PsmParams *, const PsmEncoding *, const PsmBatch *,
@@ -687,16 +733,25 @@ decode_forced (PsmModel *m, PsmGraph *g, const PsmBatch *b, const PsmEncoding *e
   out->Ty = b->Ty;
   out->B = b->B;
   PsmTensor *carry = m->dk->init (m->dec, g, m->params, enc);
+  const int *live = live_rows (m, g, b);
   for (int t = 0; t < b->Ty; t++) {
     PsmDecStep st = { 0 };
-    m->dk->step (m->dec, g, m->params, enc, carry, psm_tensor_step (g, x, t), &st);
-    stack_step (g, &out->state, b->Ty, t, st.state);
-    stack_step (g, &out->context, b->Ty, t, st.context);
-    stack_step (g, &out->attn, b->Ty, t, st.attn);
-    stack_step (g, &out->coverage, b->Ty, t, st.coverage);
-    stack_step (g, &out->input, b->Ty, t, st.input);
+    int R = live ? live[t] : b->B;   /* rows 0 .. R - 1 still decode */
+    m->dk->step (m->dec, g, m->params, enc, first_rows (g, carry, R), first_rows (g, psm_tensor_step (g, x, t), R),
+                 &st);
+    stack_step (g, &out->state, b->Ty, b->B, t, st.state);
+    stack_step (g, &out->context, b->Ty, b->B, t, st.context);
+    stack_step (g, &out->attn, b->Ty, b->B, t, st.attn);
+    stack_step (g, &out->coverage, b->Ty, b->B, t, st.coverage);
+    stack_step (g, &out->input, b->Ty, b->B, t, st.input);
     carry = st.carry;
   }
+}
+
+void
+psm_model_set_all_rows (PsmModel *m, gboolean all)
+{
+  m->all_rows = all;
 }
 
 void
@@ -746,6 +801,13 @@ psm_model_loss (PsmModel *m, PsmGraph *g, const PsmBatch *b)
   if (m->check_mode)
     for (int i = 0; m->streams && i < b->B; i++)
       b->keep[i] = 0.0f;
+  /* A training batch's row order means nothing: rows longest target first,
+   * so that the decoder's steps run on the rows still decoding alone
+   * (PSM_DECODER_LIVE_ROWS). After an MPI share is taken: each rank orders
+   * its own rows. */
+  if (b == &m->batch && m->dk && !m->streams && !m->all_rows &&
+      (PSM_STRUCT_FIELD (m->dk, flags, 0u) & PSM_DECODER_LIVE_ROWS))
+    psm_batch_sort_by_target (&m->batch);
   psm_graph_set_rng (g, m->train_rng);   /* dropout and zoneout draw from it */
   encode (m, g, b, &enc);
   psm_graph_phase (g, PSM_PHASE_DECODER);

@@ -128,6 +128,11 @@ void psm_batch_keep_rows (PsmBatch *b, int lo, int n);
 /* Rank rank's rows [*lo, *hi) of n ranks: contiguous, at least one each,
  * with about equal real tokens (the cost of a row). */
 void psm_batch_share (const PsmBatch *b, int rank, int n, int *lo, int *hi);
+/* Orders the rows by target length (the last step with a real target),
+ * longest first, ties in their order; every [T, B], [Ty, B] and [B] array
+ * moves with its row. The rows with a target at step t or later are then
+ * rows 0 .. R_t - 1 (PSM_DECODER_LIVE_ROWS). FALSE: already in that order. */
+gboolean psm_batch_sort_by_target (PsmBatch *b);
 /* Lowers T and Ty to the last step any row uses (after keep_rows). */
 void psm_batch_trim (PsmBatch *b);
 /* Keeps rank's share of the rows (psm_batch_share, keep_rows, trim); its
@@ -158,7 +163,8 @@ void psm_run_print_eval (const char *what, long step, const PsmEvalResult *r, gb
 typedef struct {
   const float *grad;     /* the values' gradient buffer: the key */
   int T, B, H;
-  GArray *steps;         /* const float * pairs: a [B, T], dctx [B, H] */
+  GArray *steps;         /* const float * pairs: a [R, T], dctx [R, H] */
+  GArray *rows;          /* int: each step's R (its rows are 0 .. R - 1) */
 } PsmDeferredValues;
 void psm_defer_values_grad (PsmGraph *g, PsmTensor *values);
 PsmDeferredValues *psm_graph_deferred_values (PsmGraph *g, const float *grad);
@@ -388,6 +394,9 @@ gboolean psm_model_train_batch (PsmModel *m, int B, PsmRng *rng, GError **error)
  * (stream tasks: no carried state or history) and draws no dropout, so
  * the losses of its steps compare. */
 void psm_model_check_mode (PsmModel *m);
+/* TRUE: every teacher-forced decoder step runs on all of the batch's rows,
+ * in the task's order (the tests' reference for PSM_DECODER_LIVE_ROWS). */
+void psm_model_set_all_rows (PsmModel *m, gboolean all);
 gboolean psm_model_streams (PsmModel *m);   /* a language model over streams */
 /* Keeps rank's share of the model's batch: psm_batch_take_streams for a
  * language model over streams, else psm_batch_take_share; returns it. */

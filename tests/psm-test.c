@@ -23,6 +23,39 @@ psm_test_project (PsmGraph *g, PsmTensor *y)
   return psm_sum (g, psm_mul (g, y, r));
 }
 
+PsmTensor *
+psm_test_first_rows (PsmGraph *g, PsmTensor *x, int R)
+{
+  int shape[2] = { R, psm_tensor_cols (x) };
+  return R == psm_tensor_rows (x) ? x : psm_tensor_view (g, x, 0, 2, shape);
+}
+
+static void
+same_rows (const char *what, const char *field, PsmTensor *full, PsmTensor *part, int R)
+{
+  ck_assert_msg ((full == NULL) == (part == NULL), "%s: %s on some rows only", what, field);
+  if (!full)
+    return;
+  int C = psm_tensor_cols (full);
+  ck_assert_msg (psm_tensor_rows (part) == R && psm_tensor_cols (part) == C, "%s: %s is [%d, %d], not [%d, %d]", what,
+                 field, psm_tensor_rows (part), psm_tensor_cols (part), R, C);
+  for (int i = 0; i < R * C; i++)
+    ck_assert_msg (fabsf (full->data[i] - part->data[i]) <= 1e-6f * (1.0f + fabsf (full->data[i])),
+                   "%s: %s [%d, %d]: %.9g on all rows, %.9g on %d", what, field, i / C, i % C, full->data[i],
+                   part->data[i], R);
+}
+
+void
+psm_test_same_rows (const char *what, const PsmDecStep *full, const PsmDecStep *part, int R)
+{
+  same_rows (what, "carry", full->carry, part->carry, R);
+  same_rows (what, "state", full->state, part->state, R);
+  same_rows (what, "context", full->context, part->context, R);
+  same_rows (what, "attn", full->attn, part->attn, R);
+  same_rows (what, "coverage", full->coverage, part->coverage, R);
+  same_rows (what, "input", full->input, part->input, R);
+}
+
 static double
 eval_loss (PsmLossFn f, void *ud)
 {

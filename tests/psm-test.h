@@ -38,6 +38,12 @@ double psm_test_gradcheck_params (const char *what, PsmLossFn f, void *ud, PsmPa
 void psm_test_fill (float *x, size_t n, float a, PsmRng *rng);
 /* L = sum_i r_i y_i with fixed pseudo-random r: a generic scalar of y. */
 PsmTensor *psm_test_project (PsmGraph *g, PsmTensor *y);
+/* The first R rows of a batch-major [B, C] tensor, a view (as the core
+ * hands a PSM_DECODER_LIVE_ROWS decoder the rows still decoding). */
+PsmTensor *psm_test_first_rows (PsmGraph *g, PsmTensor *x, int R);
+/* A decoder step on the first R rows against the same step on all rows:
+ * each output of part (R rows) equals the first R rows of full's to 1e-6. */
+void psm_test_same_rows (const char *what, const PsmDecStep *full, const PsmDecStep *part, int R);
 /* Sets PSM_PLUGIN_PATH to the build tree's plugins (if unset). */
 void psm_test_plugin_env (void);
 /* The value called name in metric m's report (fails the test without one). */

@@ -1,12 +1,14 @@
 /* test-core.c — arena and graph, RNG, parameters, optimisers (against
  * hand-computed updates), gradient clipping, checkpoints (round trip,
- * corruption, mismatch, atomic replacement), vocabularies (psm-vocab.h). */
+ * corruption, mismatch, atomic replacement), vocabularies (psm-vocab.h),
+ * a batch's rows put in order of target length. */
 #include "config.h"
 #include <math.h>
 #include <string.h>
 #include <unistd.h>
 #include <glib/gstdio.h>
 #include "psm-test.h"
+#include "psm-private.h"
 
 START_TEST (test_arena)
 {
@@ -592,6 +594,60 @@ START_TEST (test_vocab)
 }
 END_TEST
 
+/* psm_batch_sort_by_target: rows longest target first, ties in their
+ * order, every per-row array moved with its row (each entry below is
+ * 100 row + step + a field's offset, so a row that moved alone shows). */
+START_TEST (test_batch_sort)
+{
+  enum { B = 5, T = 2, TY = 4 };
+  static const int len[B] = { 2, 4, 0, 4, 1 }, want[B] = { 1, 3, 0, 4, 2 };
+  PsmBatch b;
+  psm_batch_init (&b);
+  psm_batch_reserve (&b, B, T, TY);
+  for (int j = 0; j < B; j++) {
+    for (int t = 0; t < T; t++) {
+      PSM_AT (b.src, &b, t, j) = 100 * j + t;
+      PSM_AT (b.src_ext, &b, t, j) = 100 * j + t + 10;
+      PSM_AT (b.src_mask, &b, t, j) = 100 * j + t + 20;
+      PSM_AT (b.src_seg, &b, t, j) = 100 * j + t + 30;
+    }
+    for (int t = 0; t < TY; t++) {
+      PSM_AT (b.dec_in, &b, t, j) = 100 * j + t;
+      PSM_AT (b.tgt, &b, t, j) = 100 * j + t + 10;
+      PSM_AT (b.tgt_ext, &b, t, j) = 100 * j + t + 20;
+      PSM_AT (b.tgt_mask, &b, t, j) = t < len[j] ? 1.0f : 0.0f;
+      PSM_AT (b.tgt_switch, &b, t, j) = 100 * j + t + 40;
+      PSM_AT (b.tgt_loc, &b, t, j) = 100 * j + t + 50;
+    }
+    b.example_id[j] = 100 * j;
+    b.keep[j] = 100 * j + 1;
+  }
+  ck_assert (psm_batch_sort_by_target (&b));
+  for (int j = 0; j < B; j++) {
+    int o = want[j];
+    for (int t = 0; t < T; t++) {
+      ck_assert_int_eq (PSM_AT (b.src, &b, t, j), 100 * o + t);
+      ck_assert_int_eq (PSM_AT (b.src_ext, &b, t, j), 100 * o + t + 10);
+      ck_assert (PSM_AT (b.src_mask, &b, t, j) == 100 * o + t + 20);
+      ck_assert_int_eq (PSM_AT (b.src_seg, &b, t, j), 100 * o + t + 30);
+    }
+    for (int t = 0; t < TY; t++) {
+      ck_assert_int_eq (PSM_AT (b.dec_in, &b, t, j), 100 * o + t);
+      ck_assert_int_eq (PSM_AT (b.tgt, &b, t, j), 100 * o + t + 10);
+      ck_assert_int_eq (PSM_AT (b.tgt_ext, &b, t, j), 100 * o + t + 20);
+      ck_assert (PSM_AT (b.tgt_mask, &b, t, j) == (t < len[o] ? 1.0f : 0.0f));
+      ck_assert (PSM_AT (b.tgt_switch, &b, t, j) == 100 * o + t + 40);
+      ck_assert_int_eq (PSM_AT (b.tgt_loc, &b, t, j), 100 * o + t + 50);
+    }
+    ck_assert_int_eq (b.example_id[j], 100 * o);
+    ck_assert (b.keep[j] == 100 * o + 1);
+  }
+  ck_assert (!psm_batch_sort_by_target (&b));   /* in order already */
+  ck_assert_int_eq (b.example_id[0], 100);
+  psm_batch_clear (&b);
+}
+END_TEST
+
 int
 main (void)
 {
@@ -607,6 +663,7 @@ main (void)
   tcase_add_test (tc, test_checkpoint);
   tcase_add_test (tc, test_checkpoint_checks);
   tcase_add_test (tc, test_vocab);
+  tcase_add_test (tc, test_batch_sort);
   suite_add_tcase (s, tc);
   return psm_test_run (s);
 }

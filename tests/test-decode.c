@@ -471,8 +471,31 @@ START_TEST (test_model_gradients)
     PsmParams *p = psm_model_params (f.m);
     size_t np = psm_params_size (p);
     psm_test_fill (psm_params_data (p), np, 0.6f, &rng);
-    /* the attention's batch-major copies change no bit of any gradient */
+    /* decoder steps on the rows still decoding (PSM_DECODER_LIVE_ROWS; the
+     * batch's rows then in order of target length) against every step on
+     * all rows in the task's order: the same loss and gradients but for
+     * the order of sums */
     float l[2], *gr[2];
+    for (int all = 1; all >= 0; all--) {
+      psm_model_set_all_rows (f.m, all);
+      gr[all] = model_grads (&f, &l[all]);
+    }
+    const PsmBatch *b = psm_model_batch (f.m);
+    int len[3] = { 0, 0, 0 };
+    for (int t = 0; t < b->Ty; t++)
+      for (int j = 0; j < 3; j++)
+        if (PSM_AT (b->tgt_mask, b, t, j) != 0.0f)
+          len[j] = t + 1;
+    ck_assert_msg (len[0] >= len[1] && len[1] >= len[2] && len[2] < len[0], "target lengths %d %d %d", len[0],
+                   len[1], len[2]);
+    ck_assert_msg (fabsf (l[0] - l[1]) <= 1e-6f * fabsf (l[1]), "model %u: loss %.9g on the live rows, %.9g on all",
+                   k, l[0], l[1]);
+    for (size_t i = 0; i < np; i++)
+      ck_assert_msg (fabsf (gr[0][i] - gr[1][i]) <= 1e-5f * (1.0f + fabsf (gr[1][i])),
+                     "model %u: gradient %zu: %.9g on the live rows, %.9g on all", k, i, gr[0][i], gr[1][i]);
+    g_free (gr[0]);
+    g_free (gr[1]);
+    /* the attention's batch-major copies change no bit of any gradient */
     for (int on = 0; on < 2; on++) {
       f.copies = on;
       gr[on] = model_grads (&f, &l[on]);

@@ -2,7 +2,8 @@
  * every parameter and of the encoding (annotations, summary) and step
  * inputs over three steps, with and without coverage; attention sums to 1
  * over real positions and is 0 on padding; coverage is the sum of the
- * earlier steps' attention; the carry's layout; bad sizes. */
+ * earlier steps' attention; the carry's layout; steps on fewer rows
+ * (PSM_DECODER_LIVE_ROWS); bad sizes. */
 #include "config.h"
 #include <math.h>
 #include <string.h>
@@ -18,11 +19,12 @@ typedef struct {
   float sum[B * 2 * H], gsum[B * 2 * H];
   float in[STEPS * B * E], gin[STEPS * B * E];
   float mask[T * B];
+  const int *rows;   /* NULL, or each step's rows (PSM_DECODER_LIVE_ROWS) */
 } Fix;
 
 static PsmTaskInfo info = { sizeof (PsmTaskInfo), 10, 10, 10, T, STEPS, 1, 2, 0 };
 
-/* Runs STEPS steps; fills outs (if non-NULL); returns a scalar of them all. */
+/* Runs STEPS steps (on f->rows); fills outs (if non-NULL); returns a scalar of them all. */
 static PsmTensor *
 run (Fix *f, PsmGraph *g, PsmDecStep *outs, PsmTensor **carry0)
 {
@@ -42,7 +44,9 @@ run (Fix *f, PsmGraph *g, PsmDecStep *outs, PsmTensor **carry0)
   PsmTensor *loss = NULL;
   for (int t = 0; t < STEPS; t++) {
     PsmDecStep st = { 0 };
-    f->dk->step (f->dec, g, f->params, &enc, carry, psm_tensor_step (g, x, t), &st);
+    int R = f->rows ? f->rows[t] : B;   /* the first R rows, as the core's training loop gives them */
+    f->dk->step (f->dec, g, f->params, &enc, psm_test_first_rows (g, carry, R),
+                 psm_test_first_rows (g, psm_tensor_step (g, x, t), R), &st);
     PsmTensor *l = psm_add (g, psm_test_project (g, st.state), psm_test_project (g, st.context));
     l = psm_add (g, l, psm_test_project (g, st.attn));
     l = psm_add (g, l, psm_test_project (g, st.input));
@@ -60,11 +64,48 @@ f_loss (PsmGraph *g, void *ud)
   return run (ud, g, NULL, NULL);
 }
 
+/* PSM_DECODER_LIVE_ROWS: steps on the first 3, then 2, then 1 rows (rows
+ * past their targets' end left out, as the core's training loop does)
+ * give the first rows of the steps on all rows, and their gradients
+ * check. */
+static void
+check_live_rows (Fix *f, const char *what)
+{
+  static const int rows[STEPS] = { 3, 2, 1 };
+  ck_assert (f->dk->flags & PSM_DECODER_LIVE_ROWS);
+  PsmGraph *g = psm_graph_new ();
+  psm_graph_set_grad (g, FALSE);
+  PsmDecStep full[STEPS], part[STEPS];
+  f->rows = NULL;
+  run (f, g, full, NULL);
+  f->rows = rows;
+  run (f, g, part, NULL);
+  for (int t = 0; t < STEPS; t++) {
+    char *w = g_strdup_printf ("%s, step %d on %d rows", what, t, rows[t]);
+    psm_test_same_rows (w, &full[t], &part[t], rows[t]);
+    g_free (w);
+  }
+  psm_graph_free (g);
+  char *w[4] = { g_strdup_printf ("%s on 3, 2, 1 rows: params", what),
+                 g_strdup_printf ("%s on 3, 2, 1 rows: annotations", what),
+                 g_strdup_printf ("%s on 3, 2, 1 rows: summary", what),
+                 g_strdup_printf ("%s on 3, 2, 1 rows: inputs", what) };
+  psm_test_gradcheck (w[0], f_loss, f, psm_params_data (f->params), psm_params_grad (f->params),
+                      psm_params_size (f->params), 5e-3f, 2e-3, 2e-2, 300);
+  psm_test_gradcheck (w[1], f_loss, f, f->ann, f->gann, T * B * C, 5e-3f, 2e-3, 2e-2, 100);
+  psm_test_gradcheck (w[2], f_loss, f, f->sum, f->gsum, B * 2 * H, 5e-3f, 2e-3, 2e-2, 100);
+  psm_test_gradcheck (w[3], f_loss, f, f->in, f->gin, STEPS * B * E, 5e-3f, 2e-3, 2e-2, 100);
+  for (int i = 0; i < 4; i++)
+    g_free (w[i]);
+  f->rows = NULL;
+}
+
 static void
 setup_cfg (Fix *f, const char *cfg, gboolean coverage)
 {
   const PsmPluginDesc *d = psm_test_plugin (PSM_KIND_DECODER, "lstm_attn");
   f->dk = d->klass;
+  f->rows = NULL;
   char *errs = NULL;
   const PsmSection *sec = psm_test_section (cfg, "model.decoder", d->params, &errs);
   ck_assert_msg (sec, "%s", errs);
@@ -108,6 +149,7 @@ START_TEST (test_attend_previous)
   psm_test_gradcheck ("previous annotations", f_loss, &f, f.ann, f.gann, T * B * C, 5e-3f, 2e-3, 2e-2, 200);
   psm_test_gradcheck ("previous summary", f_loss, &f, f.sum, f.gsum, B * 2 * H, 5e-3f, 2e-3, 2e-2, 200);
   psm_test_gradcheck ("previous inputs", f_loss, &f, f.in, f.gin, STEPS * B * E, 5e-3f, 2e-3, 2e-2, 200);
+  check_live_rows (&f, "previous");
   PsmGraph *g = psm_graph_new ();
   psm_graph_set_grad (g, FALSE);
   PsmDecStep st[STEPS];
@@ -152,6 +194,7 @@ START_TEST (test_lstm_attn)
     g_free (w2);
     g_free (w3);
     g_free (w4);
+    check_live_rows (&f, what);
 
     PsmGraph *g = psm_graph_new ();
     psm_graph_set_grad (g, FALSE);

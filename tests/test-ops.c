@@ -1362,6 +1362,11 @@ END_TEST
 #define AA 59
 #define AH 75
 
+/* which & 8: step s attends from the first AB - 1 - s rows (3, then 2,
+ * then 1: a step on the rows whose targets have not ended,
+ * PSM_DECODER_LIVE_ROWS) */
+#define AA_ROWS(c, s) ((c)->which & 8 ? AB - 1 - (s) : AB)
+
 static PsmTensor *
 f_addattn (PsmGraph *g, void *ud)
 {
@@ -1375,11 +1380,12 @@ f_addattn (PsmGraph *g, void *ud)
     psm_attention_batch_major (g, in (g, c, 0));
   }
   for (int s = 0; s < steps; s++) {
-    PsmTensor *a, *ctx, *q = in (g, c, 1);
+    int R = AA_ROWS (c, s);
+    PsmTensor *a, *ctx, *q = psm_test_first_rows (g, in (g, c, 1), R);
     if (s)
       q = psm_scale (g, q, s == 1 ? -0.5f : 1.5f);
-    psm_additive_attention (g, in (g, c, 0), q, in (g, c, 2), cov ? in (g, c, 3) : NULL, cov ? in (g, c, 4) : NULL,
-                            values, c->mask, &a, &ctx);
+    psm_additive_attention (g, in (g, c, 0), q, in (g, c, 2), cov ? in (g, c, 3) : NULL,
+                            cov ? psm_test_first_rows (g, in (g, c, 4), R) : NULL, values, c->mask, &a, &ctx);
     PsmTensor *l = psm_add (g, psm_test_project (g, a), psm_test_project (g, ctx));
     sum = sum ? psm_add (g, sum, l) : l;
   }
@@ -1428,32 +1434,36 @@ START_TEST (test_additive_attention)
 {
   PsmRng rng;
   psm_rng_seed (&rng, 13);
-  for (int which = 0; which < 8; which++) {
-    int cov = which & 1;
+  for (int which = 0; which < 16; which++) {
+    int cov = which & 1, R = AA_ROWS (&(Case) { .which = which }, 0);
     Case c = { 0 };
     c.which = which;
     addattn_case (&c, &rng);
     PsmGraph *g = psm_graph_new ();
     psm_graph_set_grad (g, FALSE);
     PsmTensor *a, *ctx, *ra, *rctx;
-    psm_additive_attention (g, in (g, &c, 0), in (g, &c, 1), in (g, &c, 2), cov ? in (g, &c, 3) : NULL,
-                            cov ? in (g, &c, 4) : NULL, in (g, &c, 5), c.mask, &a, &ctx);
+    /* which & 8: the first 3 rows of 4, the keys, values and mask of all 4 */
+    psm_additive_attention (g, in (g, &c, 0), psm_test_first_rows (g, in (g, &c, 1), R), in (g, &c, 2),
+                            cov ? in (g, &c, 3) : NULL, cov ? psm_test_first_rows (g, in (g, &c, 4), R) : NULL, in (g, &c, 5),
+                            c.mask, &a, &ctx);
+    ck_assert (psm_tensor_rows (a) == R && psm_tensor_rows (ctx) == R);
     addattn_reference (g, &c, &ra, &rctx);
-    for (int i = 0; i < AB * AT; i++)
+    for (int i = 0; i < R * AT; i++)
       ck_assert_msg (fabsf (a->data[i] - ra->data[i]) <= 1e-5f, "attention %d: %g vs %g", i, a->data[i], ra->data[i]);
-    for (int i = 0; i < AB * AH; i++)
+    for (int i = 0; i < R * AH; i++)
       ck_assert_msg (fabsf (ctx->data[i] - rctx->data[i]) <= 1e-5f, "context %d: %g vs %g", i, ctx->data[i], rctx->data[i]);
     for (int t = 0; t < AT; t++)
-      ck_assert (a->data[3 * AT + t] == 0.0f && (t < 3 || a->data[1 * AT + t] == 0.0f));
+      ck_assert ((R < 4 || a->data[3 * AT + t] == 0.0f) && (t < 3 || a->data[1 * AT + t] == 0.0f));
     for (int j = 0; j < AH; j++)
-      ck_assert (ctx->data[3 * AH + j] == 0.0f && isfinite (ctx->data[j]));
+      ck_assert ((R < 4 || ctx->data[3 * AH + j] == 0.0f) && isfinite (ctx->data[j]));
     psm_graph_free (g);
     for (int k = 0; k < 6; k++) {
       if (!cov && (k == 3 || k == 4))
         continue;   /* no coverage: w_c and coverage are not inputs */
-      char *what = g_strdup_printf ("additive_attention%s%s%s input %d", cov ? " (coverage)" : "",
+      char *what = g_strdup_printf ("additive_attention%s%s%s%s input %d", cov ? " (coverage)" : "",
                                     which & 2 ? " (3 steps, values' gradient deferred)" : "",
-                                    which & 4 ? " (batch-major copies)" : "", k);
+                                    which & 4 ? " (batch-major copies)" : "",
+                                    which & 8 ? " (the first 3, 2, 1 rows of 4)" : "", k);
       psm_test_gradcheck (what, f_addattn, &c, c.x[k], c.gx[k], n_of (&c, k), 1e-2f, ATOL, RTOL, 300);
       g_free (what);
     }
@@ -1472,7 +1482,9 @@ START_TEST (test_additive_attention_batch_major)
 {
   PsmRng rng;
   psm_rng_seed (&rng, 29);
-  for (int which = 1; which <= 3; which += 2) {
+  static const int whiches[] = { 1, 3, 11 };   /* 11: steps on 3, 2 and 1 of the 4 rows */
+  for (guint w = 0; w < G_N_ELEMENTS (whiches); w++) {
+    int which = whiches[w];
     Case c = { 0 };
     addattn_case (&c, &rng);
     float loss[2], *grads[2][6];

@@ -75,8 +75,10 @@ psm_attend_backward (PsmNode *n)
  *   dh[i, b] += a[b, i] dc[b]
  * Each pass reads the annotations once per step. Rows run in parallel; dv and
  * dw_c are summed per row and then over rows in order, so the result does not
- * depend on the thread count. Output: one flat tensor holding a [B, T] then
- * c [B, H]; psm_additive_attention hands back both as views. */
+ * depend on the thread count. Output: one flat tensor holding a [R, T] then
+ * c [R, H]; psm_additive_attention hands back both as views. The query may
+ * have R <= B rows (ABI 1.12): they are the keys' and values' first R rows
+ * (a teacher-forced step on the rows whose targets have not ended). */
 
 typedef struct {
   float *mask;   /* [T, B] copy, or NULL */
@@ -260,15 +262,17 @@ psm_additive_attention (PsmGraph *g, PsmTensor *keys, PsmTensor *query, PsmTenso
   g_return_val_if_fail (keys && keys->ndim == 3 && values && values->ndim == 3, NULL);
   int T = keys->shape[0], B = keys->shape[1], A = keys->shape[2], H = values->shape[2];
   g_return_val_if_fail (values->shape[0] == T && values->shape[1] == B, NULL);
-  g_return_val_if_fail (query && psm_tensor_rows (query) == B && psm_tensor_cols (query) == A, NULL);
+  g_return_val_if_fail (query && psm_tensor_cols (query) == A, NULL);
+  int R = psm_tensor_rows (query);   /* the first R rows of the keys and values */
+  g_return_val_if_fail (R >= 1 && R <= B, NULL);
   g_return_val_if_fail (v && (int) v->n == A, NULL);
   g_return_val_if_fail ((w_c == NULL) == (coverage == NULL), NULL);
-  g_return_val_if_fail (!w_c || ((int) w_c->n == A && psm_tensor_rows (coverage) == B &&
+  g_return_val_if_fail (!w_c || ((int) w_c->n == A && psm_tensor_rows (coverage) == R &&
                                   psm_tensor_cols (coverage) == T), NULL);
   PsmTensor *in[6] = { keys, query, v, w_c, coverage, values };
-  int n = B * T + B * H;
+  int n = R * T + R * H;
   PsmTensor *out = psm_op_out (g, 1, &n, 6, in);
-  float *a = out->data, *ctx = out->data + (size_t) B * T;
+  float *a = out->data, *ctx = out->data + (size_t) R * T;
   const float *Kd = keys->data, *qd = query->data, *vd = v->data, *hd = values->data;
   const float *wc = w_c ? w_c->data : NULL, *cov = coverage ? coverage->data : NULL;
   int gk = 0, gv = 0;
@@ -276,7 +280,7 @@ psm_additive_attention (PsmGraph *g, PsmTensor *keys, PsmTensor *query, PsmTenso
   const float *Hc = out->grad ? NULL : psm_graph_repeat_of (g, hd, &gv);
   AddAttnSaved lay = { NULL, NULL, Kd, hd, keys->grad, values->grad, (size_t) B * A, A, (size_t) B * H, H };
   PsmBatchMajor *kbm = NULL, *hbm = NULL;
-  if (Kc && Hc && gk == gv && gk > 1 && B % gk == 0) {
+  if (Kc && Hc && gk == gv && gk > 1 && B % gk == 0 && R == B) {
     attn_forward_grouped (T, B, gk, A, H, Kc, qd, vd, wc, cov, Hc, mask, a, ctx);
     goto done;
   }
@@ -297,8 +301,8 @@ psm_additive_attention (PsmGraph *g, PsmTensor *keys, PsmTensor *query, PsmTenso
     lay.hps = H;
     lay.hrs = (size_t) T * H;
   }
-#pragma omp parallel for if (AA_PAR (B, T, A)) schedule (static)
-  for (int b = 0; b < B; b++) {
+#pragma omp parallel for if (AA_PAR (R, T, A)) schedule (static)
+  for (int b = 0; b < R; b++) {
     float *ab = a + (size_t) b * T, *cb = ctx + (size_t) b * H;
     const float *qb = qd + (size_t) b * A, *Kr = lay.K + b * lay.krs, *Hr = lay.H + b * lay.hrs;
     float m = -INFINITY;
@@ -352,12 +356,13 @@ done:;
     nd->saved = sv;
     nd->iarg[0] = T;
     nd->iarg[1] = B;
+    nd->iarg[2] = R;
   }
-  int sa[2] = { B, T }, sc[2] = { B, H };
+  int sa[2] = { R, T }, sc[2] = { R, H };
   if (attn)
     *attn = psm_tensor_view (g, out, 0, 2, sa);
   if (context)
-    *context = psm_tensor_view (g, out, (size_t) B * T, 2, sc);
+    *context = psm_tensor_view (g, out, (size_t) R * T, 2, sc);
   return out;
 }
 
@@ -445,23 +450,24 @@ psm_additive_attention_backward (PsmNode *nd)
             *values = nd->in[5], *out = nd->out;
   const AddAttnSaved *sv = nd->saved;
   const float *mask = sv->mask;
-  int T = nd->iarg[0], B = nd->iarg[1], A = keys->shape[2], H = values->shape[2];
-  const float *a = out->data, *da = out->grad, *dctx = out->grad + (size_t) B * T;
+  int T = nd->iarg[0], B = nd->iarg[1], R = nd->iarg[2], A = keys->shape[2], H = values->shape[2];
+  const float *a = out->data, *da = out->grad, *dctx = out->grad + (size_t) R * T;
   const float *qd = query->data, *vd = v->data;
   const float *wc = w_c ? w_c->data : NULL, *cov = coverage ? coverage->data : NULL;
   /* per-row partial sums of dv and dw_c, added over rows in order below */
-  float *part = psm_xmalloc0 ((size_t) B * 2 * A * sizeof (float), "attention gradients");
-  float *de_all = psm_xmalloc ((size_t) B * T * sizeof (float), "attention gradients");
-  float *scratch = psm_xmalloc0 ((size_t) B * A * sizeof (float), "attention gradients");
-  float *dummy = psm_xmalloc ((size_t) B * AA_BLOCK * A * sizeof (float), "attention gradients");
+  float *part = psm_xmalloc0 ((size_t) R * 2 * A * sizeof (float), "attention gradients");
+  float *de_all = psm_xmalloc ((size_t) R * T * sizeof (float), "attention gradients");
+  float *scratch = psm_xmalloc0 ((size_t) R * A * sizeof (float), "attention gradients");
+  float *dummy = psm_xmalloc ((size_t) R * AA_BLOCK * A * sizeof (float), "attention gradients");
   float *zeros = psm_xmalloc0 ((size_t) A * sizeof (float), "attention gradients");
   gboolean dh_here = sv->dH && !sv->defer;
   if (values->grad && sv->defer) {
     g_array_append_val (sv->defer->steps, a);
     g_array_append_val (sv->defer->steps, dctx);
+    g_array_append_val (sv->defer->rows, R);
   }
-#pragma omp parallel for if (AA_PAR (B, T, A)) schedule (static)
-  for (int b = 0; b < B; b++) {
+#pragma omp parallel for if (AA_PAR (R, T, A)) schedule (static)
+  for (int b = 0; b < R; b++) {
     const float *ab = a + (size_t) b * T, *dcb = dctx + (size_t) b * H, *qb = qd + (size_t) b * A;
     const float *Hr = sv->H + b * sv->hrs, *Kr = sv->K + b * sv->krs;
     float *de = de_all + (size_t) b * T;
@@ -515,7 +521,7 @@ psm_additive_attention_backward (PsmNode *nd)
       nb = 0;
     }
   }
-  for (int b = 0; b < B; b++) {
+  for (int b = 0; b < R; b++) {
     const float *dv = part + (size_t) b * 2 * A, *dwc = dv + A;
     for (int j = 0; j < A; j++) {
       if (v->grad)
@@ -533,9 +539,10 @@ psm_additive_attention_backward (PsmNode *nd)
 
 /* The deferred values gradient (psm-private.h): a node recorded right after
  * the values were made, so its backward runs after every attention over
- * them has noted its (a, dctx). Per example b, with S noted steps:
- * dH[:, b, :] += A_b^T C_b, A_b [S, T] the attention rows, C_b [S, H] the
- * context gradients (gathered contiguous first). */
+ * them has noted its (a, dctx). Per example b, with S_b noted steps that
+ * had row b (a step over R rows has rows 0 .. R - 1):
+ * dH[:, b, :] += A_b^T C_b, A_b [S_b, T] the attention rows, C_b [S_b, H]
+ * the context gradients (gathered contiguous first). */
 void
 psm_defer_values_grad (PsmGraph *g, PsmTensor *values)
 {
@@ -562,18 +569,25 @@ psm_defer_values_backward (PsmNode *nd)
   if (S == 0 || !values->grad)
     return;
   const float **p = (const float **) (void *) d->steps->data;
+  const int *rows = (const int *) (void *) d->rows->data;
   float *At = psm_xmalloc ((size_t) S * T * sizeof (float), "attention gradients");
   float *C = psm_xmalloc ((size_t) S * H * sizeof (float), "attention gradients");
   for (int b = 0; b < B; b++) {
+    int k = 0;
     for (int s = 0; s < S; s++) {
-      memcpy (At + (size_t) s * T, p[2 * s] + (size_t) b * T, T * sizeof (float));
-      memcpy (C + (size_t) s * H, p[2 * s + 1] + (size_t) b * H, H * sizeof (float));
+      if (b >= rows[s])
+        continue;
+      memcpy (At + (size_t) k * T, p[2 * s] + (size_t) b * T, T * sizeof (float));
+      memcpy (C + (size_t) k * H, p[2 * s + 1] + (size_t) b * H, H * sizeof (float));
+      k++;
     }
-    psm_gemm (TRUE, FALSE, T, H, S, 1.0f, At, T, C, H, 1.0f, values->grad + (size_t) b * H, B * H);
+    if (k)
+      psm_gemm (TRUE, FALSE, T, H, k, 1.0f, At, T, C, H, 1.0f, values->grad + (size_t) b * H, B * H);
   }
   free (At);
   free (C);
   g_array_set_size (d->steps, 0);
+  g_array_set_size (d->rows, 0);
 }
 
 /* Batch-major copies (psm-private.h): the node that makes x's [B, T, C]

@@ -9,7 +9,9 @@
  * of each article still searching. The number of rows can change from one
  * step to the next, and a row's tensors can move between steps: keep
  * nothing from one step to the next but the carry. A step's outputs are
- * copied into the time-major PsmDecOut the head sees.
+ * copied into the time-major PsmDecOut the head sees. A decoder that sets
+ * PSM_DECODER_LIVE_ROWS (below) also gets fewer rows than the batch has in
+ * training, once targets end.
  * Pipelines without a decoder (the rarest-word task) hand the head the
  * encoder summary as a single step. */
 #ifndef PSM_DECODER_H
@@ -42,7 +44,19 @@ typedef struct {
   /* ABI 1.2, optional: computed once per encoding, before init, and handed
    * to init and every step as enc->memo; must be time-major [T, B, A]. */
   PsmTensor *(*prepare) (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc);
+  /* ABI 1.12, optional: PSM_DECODER_* flags (0: none). */
+  guint32 flags;
 } PsmDecoderClass;
+
+/* The decoder's step takes a carry and an input of R <= enc->B rows, which
+ * are the encoding's first R rows (enc->B and the encoding's tensors stay
+ * the whole batch's; psm_additive_attention takes a query of R rows). With
+ * it, teacher-forced training orders a batch's rows by target length,
+ * longest first, and runs step t on the rows whose target has a word at t
+ * or later only: a row past its target's end has no loss left, and its
+ * outputs (zeros in the stacks the head sees) have no gradient. Without
+ * it, every step runs on all B rows. (ABI 1.12) */
+#define PSM_DECODER_LIVE_ROWS (1u << 0)
 
 G_END_DECLS
 #endif

@@ -183,7 +183,9 @@ PsmTensor *psm_dot_scores (PsmGraph *g, PsmTensor *keys, PsmTensor *q);
  * (W_s s_t + b_attn), v [A], w_c [A] and coverage [B, T] (both NULL without
  * coverage), values [T, B, H], mask [T, B] (may be NULL). Sets *attn [B, T]
  * and *context [B, H] (views of the returned tensor; either pointer may be
- * NULL). A row with no real position gets attn = 0 and context = 0. */
+ * NULL). A row with no real position gets attn = 0 and context = 0.
+ * ABI 1.12: query (and coverage) may have R < B rows, the first R rows of
+ * keys, values and mask; attn and context then have R rows. */
 PsmTensor *psm_additive_attention (PsmGraph *g, PsmTensor *keys, PsmTensor *query, PsmTensor *v,
                                    PsmTensor *w_c, PsmTensor *coverage, PsmTensor *values,
                                    const float *mask, PsmTensor **attn, PsmTensor **context);

@@ -49,9 +49,11 @@ G_BEGIN_DECLS
  * psm_params_numel. 1.10: PsmTaskClass.source_length and .eval_batch_of
  * (decoding in batches of similar source length). 1.11: psm_nonzero_rows,
  * psm_gather_elems and psm_scatter_rows (heads score their vocabulary on the real target
- * rows only, not on padding). */
+ * rows only, not on padding). 1.12: PsmDecoderClass.flags and
+ * PSM_DECODER_LIVE_ROWS (teacher-forced steps on the rows whose targets
+ * have not ended), psm_additive_attention over a query of R <= B rows. */
 #define PSM_ABI_MAJOR 1
-#define PSM_ABI_MINOR 11
+#define PSM_ABI_MINOR 12
 #define PSM_PLUGIN_ENTRY_SYMBOL "psm_plugin_entry"
 
 typedef enum {

@@ -103,7 +103,7 @@ ga_step (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, PsmTenso
 
 static const PsmDecoderClass klass = {
   sizeof (PsmDecoderClass), ga_create, ga_destroy, ga_state_dim, ga_context_dim, ga_has_attention,
-  ga_init, ga_step, ga_prepare
+  ga_init, ga_step, ga_prepare, PSM_DECODER_LIVE_ROWS
 };
 
 PSM_PLUGIN (PSM_KIND_DECODER, "gru_attn",

@@ -182,7 +182,7 @@ la_step (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, PsmTenso
 
 static const PsmDecoderClass klass = {
   sizeof (PsmDecoderClass), la_create, la_destroy, la_state_dim, la_context_dim, la_has_attention,
-  la_init, la_step, la_prepare
+  la_init, la_step, la_prepare, PSM_DECODER_LIVE_ROWS
 };
 
 PSM_PLUGIN (PSM_KIND_DECODER, "lstm_attn",
