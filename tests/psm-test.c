@@ -46,14 +46,28 @@ same_rows (const char *what, const char *field, PsmTensor *full, PsmTensor *part
 }
 
 void
-psm_test_same_rows (const char *what, const PsmDecStep *full, const PsmDecStep *part, int R)
+psm_test_decoder_rows (const char *what, const PsmDecoderClass *dk, PsmTestDecRun run, void *ud, int steps,
+                       const int *rows)
 {
-  same_rows (what, "carry", full->carry, part->carry, R);
-  same_rows (what, "state", full->state, part->state, R);
-  same_rows (what, "context", full->context, part->context, R);
-  same_rows (what, "attn", full->attn, part->attn, R);
-  same_rows (what, "coverage", full->coverage, part->coverage, R);
-  same_rows (what, "input", full->input, part->input, R);
+  ck_assert_msg (PSM_STRUCT_FIELD (dk, flags, 0u) & PSM_DECODER_LIVE_ROWS, "%s: PSM_DECODER_LIVE_ROWS not set", what);
+  PsmGraph *g = psm_graph_new ();
+  psm_graph_set_grad (g, FALSE);
+  PsmDecStep *full = g_new0 (PsmDecStep, steps), *part = g_new0 (PsmDecStep, steps);
+  run (ud, g, full, NULL);
+  run (ud, g, part, rows);
+  for (int t = 0; t < steps; t++) {
+    char *w = g_strdup_printf ("%s, step %d on %d rows", what, t, rows[t]);
+    same_rows (w, "carry", full[t].carry, part[t].carry, rows[t]);
+    same_rows (w, "state", full[t].state, part[t].state, rows[t]);
+    same_rows (w, "context", full[t].context, part[t].context, rows[t]);
+    same_rows (w, "attn", full[t].attn, part[t].attn, rows[t]);
+    same_rows (w, "coverage", full[t].coverage, part[t].coverage, rows[t]);
+    same_rows (w, "input", full[t].input, part[t].input, rows[t]);
+    g_free (w);
+  }
+  g_free (full);
+  g_free (part);
+  psm_graph_free (g);
 }
 
 static double

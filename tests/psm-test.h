@@ -41,9 +41,14 @@ PsmTensor *psm_test_project (PsmGraph *g, PsmTensor *y);
 /* The first R rows of a batch-major [B, C] tensor, a view (as the core
  * hands a PSM_DECODER_LIVE_ROWS decoder the rows still decoding). */
 PsmTensor *psm_test_first_rows (PsmGraph *g, PsmTensor *x, int R);
-/* A decoder step on the first R rows against the same step on all rows:
- * each output of part (R rows) equals the first R rows of full's to 1e-6. */
-void psm_test_same_rows (const char *what, const PsmDecStep *full, const PsmDecStep *part, int R);
+/* A decoder's PSM_DECODER_LIVE_ROWS contract: run (ud, g, outs, rows) runs
+ * `steps` steps of it, step t on the first rows[t] rows (all with rows
+ * NULL), filling outs; the flag must be set, and each step's outputs on
+ * rows[t] rows must equal the first rows[t] rows of the step's outputs on
+ * all rows, to 1e-6. */
+typedef PsmTensor *(*PsmTestDecRun) (void *ud, PsmGraph *g, PsmDecStep *outs, const int *rows);
+void psm_test_decoder_rows (const char *what, const PsmDecoderClass *dk, PsmTestDecRun run, void *ud, int steps,
+                            const int *rows);
 /* Sets PSM_PLUGIN_PATH to the build tree's plugins (if unset). */
 void psm_test_plugin_env (void);
 /* The value called name in metric m's report (fails the test without one). */

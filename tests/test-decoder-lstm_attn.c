@@ -64,41 +64,20 @@ f_loss (PsmGraph *g, void *ud)
   return run (ud, g, NULL, NULL);
 }
 
-/* PSM_DECODER_LIVE_ROWS: steps on the first 3, then 2, then 1 rows (rows
- * past their targets' end left out, as the core's training loop does)
- * give the first rows of the steps on all rows, and their gradients
- * check. */
-static void
-check_live_rows (Fix *f, const char *what)
+/* run () on rows (PsmTestDecRun) */
+static PsmTensor *
+run_rows (void *ud, PsmGraph *g, PsmDecStep *outs, const int *rows)
 {
-  static const int rows[STEPS] = { 3, 2, 1 };
-  ck_assert (f->dk->flags & PSM_DECODER_LIVE_ROWS);
-  PsmGraph *g = psm_graph_new ();
-  psm_graph_set_grad (g, FALSE);
-  PsmDecStep full[STEPS], part[STEPS];
-  f->rows = NULL;
-  run (f, g, full, NULL);
+  Fix *f = ud;
   f->rows = rows;
-  run (f, g, part, NULL);
-  for (int t = 0; t < STEPS; t++) {
-    char *w = g_strdup_printf ("%s, step %d on %d rows", what, t, rows[t]);
-    psm_test_same_rows (w, &full[t], &part[t], rows[t]);
-    g_free (w);
-  }
-  psm_graph_free (g);
-  char *w[4] = { g_strdup_printf ("%s on 3, 2, 1 rows: params", what),
-                 g_strdup_printf ("%s on 3, 2, 1 rows: annotations", what),
-                 g_strdup_printf ("%s on 3, 2, 1 rows: summary", what),
-                 g_strdup_printf ("%s on 3, 2, 1 rows: inputs", what) };
-  psm_test_gradcheck (w[0], f_loss, f, psm_params_data (f->params), psm_params_grad (f->params),
-                      psm_params_size (f->params), 5e-3f, 2e-3, 2e-2, 300);
-  psm_test_gradcheck (w[1], f_loss, f, f->ann, f->gann, T * B * C, 5e-3f, 2e-3, 2e-2, 100);
-  psm_test_gradcheck (w[2], f_loss, f, f->sum, f->gsum, B * 2 * H, 5e-3f, 2e-3, 2e-2, 100);
-  psm_test_gradcheck (w[3], f_loss, f, f->in, f->gin, STEPS * B * E, 5e-3f, 2e-3, 2e-2, 100);
-  for (int i = 0; i < 4; i++)
-    g_free (w[i]);
+  PsmTensor *l = run (f, g, outs, NULL);
   f->rows = NULL;
+  return l;
 }
+
+/* PSM_DECODER_LIVE_ROWS: steps on the first 3, then 2, then 1 rows (rows
+ * past their targets' end left out, as the core's training loop does). */
+static const int live[STEPS] = { 3, 2, 1 };
 
 static void
 setup_cfg (Fix *f, const char *cfg, gboolean coverage)
@@ -144,12 +123,20 @@ START_TEST (test_attend_previous)
   Fix f;
   setup_cfg (&f, "plugin = \"lstm_attn\"; hidden = 2; attn_dim = 3; coverage = true; attend = \"previous\"; "
                  "init = \"bridge\";", TRUE);
-  psm_test_gradcheck ("previous params", f_loss, &f, psm_params_data (f.params), psm_params_grad (f.params),
-                      psm_params_size (f.params), 5e-3f, 2e-3, 2e-2, 600);
-  psm_test_gradcheck ("previous annotations", f_loss, &f, f.ann, f.gann, T * B * C, 5e-3f, 2e-3, 2e-2, 200);
-  psm_test_gradcheck ("previous summary", f_loss, &f, f.sum, f.gsum, B * 2 * H, 5e-3f, 2e-3, 2e-2, 200);
-  psm_test_gradcheck ("previous inputs", f_loss, &f, f.in, f.gin, STEPS * B * E, 5e-3f, 2e-3, 2e-2, 200);
-  check_live_rows (&f, "previous");
+  for (int on = 0; on < 2; on++) {   /* every step on all rows, then on 3, 2, 1 rows */
+    f.rows = on ? live : NULL;
+    psm_test_gradcheck (on ? "previous on 3, 2, 1 rows: params" : "previous params", f_loss, &f,
+                        psm_params_data (f.params), psm_params_grad (f.params), psm_params_size (f.params), 5e-3f,
+                        2e-3, 2e-2, 600);
+    psm_test_gradcheck (on ? "previous on 3, 2, 1 rows: annotations" : "previous annotations", f_loss, &f, f.ann,
+                        f.gann, T * B * C, 5e-3f, 2e-3, 2e-2, 200);
+    psm_test_gradcheck (on ? "previous on 3, 2, 1 rows: summary" : "previous summary", f_loss, &f, f.sum, f.gsum,
+                        B * 2 * H, 5e-3f, 2e-3, 2e-2, 200);
+    psm_test_gradcheck (on ? "previous on 3, 2, 1 rows: inputs" : "previous inputs", f_loss, &f, f.in, f.gin,
+                        STEPS * B * E, 5e-3f, 2e-3, 2e-2, 200);
+  }
+  f.rows = NULL;
+  psm_test_decoder_rows ("previous", f.dk, run_rows, &f, STEPS, live);
   PsmGraph *g = psm_graph_new ();
   psm_graph_set_grad (g, FALSE);
   PsmDecStep st[STEPS];
@@ -183,18 +170,23 @@ START_TEST (test_lstm_attn)
     Fix f;
     setup (&f, cov);
     const char *what = cov ? "lstm_attn (coverage)" : "lstm_attn";
-    char *w1 = g_strdup_printf ("%s params", what), *w2 = g_strdup_printf ("%s annotations", what);
-    char *w3 = g_strdup_printf ("%s summary", what), *w4 = g_strdup_printf ("%s inputs", what);
-    psm_test_gradcheck (w1, f_loss, &f, psm_params_data (f.params), psm_params_grad (f.params),
-                        psm_params_size (f.params), 5e-3f, 2e-3, 2e-2, 600);
-    psm_test_gradcheck (w2, f_loss, &f, f.ann, f.gann, T * B * C, 5e-3f, 2e-3, 2e-2, 200);
-    psm_test_gradcheck (w3, f_loss, &f, f.sum, f.gsum, B * 2 * H, 5e-3f, 2e-3, 2e-2, 200);
-    psm_test_gradcheck (w4, f_loss, &f, f.in, f.gin, STEPS * B * E, 5e-3f, 2e-3, 2e-2, 200);
-    g_free (w1);
-    g_free (w2);
-    g_free (w3);
-    g_free (w4);
-    check_live_rows (&f, what);
+    for (int on = 0; on < 2; on++) {   /* every step on all rows, then on 3, 2, 1 rows */
+      f.rows = on ? live : NULL;
+      const char *rw = on ? " on 3, 2, 1 rows" : "";
+      char *w1 = g_strdup_printf ("%s%s params", what, rw), *w2 = g_strdup_printf ("%s%s annotations", what, rw);
+      char *w3 = g_strdup_printf ("%s%s summary", what, rw), *w4 = g_strdup_printf ("%s%s inputs", what, rw);
+      psm_test_gradcheck (w1, f_loss, &f, psm_params_data (f.params), psm_params_grad (f.params),
+                          psm_params_size (f.params), 5e-3f, 2e-3, 2e-2, 600);
+      psm_test_gradcheck (w2, f_loss, &f, f.ann, f.gann, T * B * C, 5e-3f, 2e-3, 2e-2, 200);
+      psm_test_gradcheck (w3, f_loss, &f, f.sum, f.gsum, B * 2 * H, 5e-3f, 2e-3, 2e-2, 200);
+      psm_test_gradcheck (w4, f_loss, &f, f.in, f.gin, STEPS * B * E, 5e-3f, 2e-3, 2e-2, 200);
+      g_free (w1);
+      g_free (w2);
+      g_free (w3);
+      g_free (w4);
+    }
+    f.rows = NULL;
+    psm_test_decoder_rows (what, f.dk, run_rows, &f, STEPS, live);
 
     PsmGraph *g = psm_graph_new ();
     psm_graph_set_grad (g, FALSE);
