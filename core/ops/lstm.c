@@ -154,24 +154,51 @@ lstm_row_forward (int H, const float *G, const float *cp, float *s, float *ho, f
   }
 }
 
-/* Rows [b0, b1) over the whole sequence. G: scratch [b1 - b0, ldg]. wp:
- * packed W, or NULL for one psm_gemm per step. keep: cs and sv hold every
- * step [T, B, .] for the backward pass; otherwise (no gradient) cs holds two
- * steps [2, B, H], alternating, and sv one row [5H] a thread. */
+/* The rows of [b0, b1) with mask 1 at step t of x [., B, n] gathered into
+ * xc [., n] (the GEMMs of a step run on the real rows only: a padded row
+ * carries its state). Returns how many, and where to read them: x's own
+ * rows when all are real (or mask is NULL), else xc. */
+static int
+real_rows (const float *mask, int t, int B, int b0, int b1, const float *x, int n, float *xc, const float **from)
+{
+  *from = x + (size_t) b0 * n;
+  if (!mask)
+    return b1 - b0;
+  int r = 0;
+  for (int b = b0; b < b1; b++)
+    if (mask[(size_t) t * B + b] != 0.0f)
+      r++;
+  if (r == b1 - b0)
+    return r;
+  r = 0;
+  for (int b = b0; b < b1; b++)
+    if (mask[(size_t) t * B + b] != 0.0f)
+      memcpy (xc + (size_t) r++ * n, x + (size_t) b * n, n * sizeof (float));
+  *from = xc;
+  return r;
+}
+
+/* Rows [b0, b1) over the whole sequence. G: scratch [b1 - b0, ldg]; hc
+ * scratch [b1 - b0, H]. wp: packed W, or NULL for one psm_gemm per step.
+ * keep: cs and sv hold every step [T, B, .] for the backward pass;
+ * otherwise (no gradient) cs holds two steps [2, B, H], alternating, and
+ * sv one row [5H] a thread. */
 static void
 lstm_seq_forward_rows (int T, int B, int H, int b0, int b1, gboolean rev, const float *xp, const float *h0,
                        const float *c0, const float *w, const float *wp, const float *mask, float *hs, float *cs,
-                       float *sv, float *G, int ldg, gboolean keep, int ldx, const float *zh, const float *zc)
+                       float *sv, float *G, int ldg, float *hc, gboolean keep, int ldx, const float *zh,
+                       const float *zc)
 {
   for (int k = 0; k < T && b1 > b0; k++) {
     int t = rev ? T - 1 - k : k, tp = rev ? t + 1 : t - 1;
     int ct = keep ? t : k & 1, ctp = keep ? tp : (k - 1) & 1;   /* cs slot of this and the previous step */
-    const float *hp = k ? hs + (size_t) tp * B * H : h0, *cp = k ? cs + (size_t) ctp * B * H : c0;
-    if (wp)
-      psm_packed_gemm (b1 - b0, H, 4 * H, hp + (size_t) b0 * H, H, wp, G, ldg);
-    else
-      psm_gemm (FALSE, FALSE, b1 - b0, 4 * H, H, 1.0f, hp + (size_t) b0 * H, H, w, 4 * H, 0.0f, G, ldg);
-    for (int b = b0; b < b1; b++) {
+    const float *hp = k ? hs + (size_t) tp * B * H : h0, *cp = k ? cs + (size_t) ctp * B * H : c0, *hin;
+    int n = real_rows (mask, t, B, b0, b1, hp, H, hc, &hin);   /* G's row r: the r-th real row */
+    if (n && wp)
+      psm_packed_gemm (n, H, 4 * H, hin, H, wp, G, ldg);
+    else if (n)
+      psm_gemm (FALSE, FALSE, n, 4 * H, H, 1.0f, hin, H, w, 4 * H, 0.0f, G, ldg);
+    for (int b = b0, r = 0; b < b1; b++) {
       size_t row = (size_t) t * B + b;
       float *ho = hs + row * H, *co = cs + ((size_t) ct * B + b) * H, *s = keep ? sv + row * 5 * H : sv;
       if (mask && mask[row] == 0.0f) {
@@ -181,7 +208,7 @@ lstm_seq_forward_rows (int T, int B, int H, int b0, int b1, gboolean rev, const 
           memset (s, 0, 5 * H * sizeof (float));
         continue;
       }
-      float *gr = G + (size_t) (b - b0) * ldg;
+      float *gr = G + (size_t) r++ * ldg;
       const float *x = xp + row * ldx;
 #pragma omp simd
       for (int j = 0; j < 4 * H; j++)
@@ -202,12 +229,13 @@ lstm_seq_forward_rows (int T, int B, int H, int b0, int b1, gboolean rev, const 
 /* Backward over rows [b0, b1): fills dG [T, B, 4H], adds to dxp (may be
  * NULL); carry_h / carry_c hold dL/dh, dL/dc of the state after the last
  * step on entry (zeros, and the final c's gradient) and of (h0, c0) on
- * exit. C: scratch [b1 - b0, ldc]; wpt: packed W^T or NULL. */
+ * exit. C: scratch [b1 - b0, ldc]; dGc scratch [b1 - b0, 4H]; wpt: packed
+ * W^T or NULL. */
 static void
 lstm_seq_backward_rows (int T, int B, int H, int b0, int b1, gboolean rev, const float *dhs, const float *hs,
                         const float *c0, const float *cs, const float *sv, const float *mask, const float *w,
                         const float *wpt, float *dG, float *dxp, int ldx, float *carry_h, float *carry_c, float *C,
-                        int ldc, const float *zh, const float *zc)
+                        int ldc, float *dGc, const float *zh, const float *zc)
 {
   for (int k = T - 1; k >= 0 && b1 > b0; k--) {
     int t = rev ? T - 1 - k : k, tp = rev ? t + 1 : t - 1;
@@ -262,14 +290,18 @@ lstm_seq_backward_rows (int T, int B, int H, int b0, int b1, gboolean rev, const
       }
     }
     /* dh_prev += dG W^T for the rows that were not carried (carried rows
-     * have dG = 0, so adding for all is the same) */
-    if (wpt)
-      psm_packed_gemm (b1 - b0, 4 * H, H, dGt + (size_t) b0 * 4 * H, 4 * H, wpt, C, ldc);
-    else
-      psm_gemm (FALSE, TRUE, b1 - b0, H, 4 * H, 1.0f, dGt + (size_t) b0 * 4 * H, 4 * H, w, 4 * H, 0.0f, C, ldc);
-    for (int b = b0; b < b1; b++) {
+     * have dG = 0: they are left out) */
+    const float *din;
+    int n = real_rows (mask, t, B, b0, b1, dGt, 4 * H, dGc, &din);   /* C's row r: the r-th real row */
+    if (n && wpt)
+      psm_packed_gemm (n, 4 * H, H, din, 4 * H, wpt, C, ldc);
+    else if (n)
+      psm_gemm (FALSE, TRUE, n, H, 4 * H, 1.0f, din, 4 * H, w, 4 * H, 0.0f, C, ldc);
+    for (int b = b0, r = 0; b < b1; b++) {
+      if (mask && mask[(size_t) t * B + b] == 0.0f)
+        continue;
       float *dh = carry_h + (size_t) b * H;
-      const float *cr = C + (size_t) (b - b0) * ldc;
+      const float *cr = C + (size_t) r++ * ldc;
 #pragma omp simd
       for (int j = 0; j < H; j++)
         dh[j] += cr[j];
@@ -317,20 +349,24 @@ psm_lstm_seq_zoneout (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTe
       int b0, b1;
       psm_pack_row_split (B, omp_get_num_threads (), omp_get_thread_num (), &b0, &b1);
       float *G = psm_xaligned ((size_t) MAX (b1 - b0, 1) * ldg * sizeof (float), "LSTM scratch");
+      float *hc = mask ? psm_xmalloc ((size_t) MAX (b1 - b0, 1) * H * sizeof (float), "LSTM scratch") : NULL;
       float *row_sv = keep ? NULL : psm_xmalloc (5 * H * sizeof (float), "LSTM scratch");
       psm_pack_shared (H, 4 * H, w->data, 4 * H, FALSE, wp);
       lstm_seq_forward_rows (T, B, H, b0, b1, reverse, xp->data + col0, h0->data, c0->data, w->data, wp, mask,
-                             out->data, cs, keep ? sv : row_sv, G, ldg, keep, ldx, zh, zc);
+                             out->data, cs, keep ? sv : row_sv, G, ldg, hc, keep, ldx, zh, zc);
       free (row_sv);
+      free (hc);
       free (G);
     }
     free (wp);
   } else {
     float *G = psm_xmalloc ((size_t) B * ldg * sizeof (float), "LSTM scratch");
+    float *hc = mask ? psm_xmalloc ((size_t) B * H * sizeof (float), "LSTM scratch") : NULL;
     float *row_sv = keep ? NULL : psm_xmalloc (5 * H * sizeof (float), "LSTM scratch");
     lstm_seq_forward_rows (T, B, H, 0, B, reverse, xp->data + col0, h0->data, c0->data, w->data, NULL, mask,
-                           out->data, cs, keep ? sv : row_sv, G, ldg, keep, ldx, zh, zc);
+                           out->data, cs, keep ? sv : row_sv, G, ldg, hc, keep, ldx, zh, zc);
     free (row_sv);
+    free (hc);
     free (G);
   }
   int last = keep ? (reverse ? 0 : T - 1) : (T - 1) & 1;   /* the cs slot of the last step */
@@ -371,16 +407,20 @@ psm_lstm_seq_backward (PsmNode *n)
       int b0, b1;
       psm_pack_row_split (B, omp_get_num_threads (), omp_get_thread_num (), &b0, &b1);
       float *C = psm_xaligned ((size_t) MAX (b1 - b0, 1) * ldc * sizeof (float), "LSTM scratch");
+      float *dGc = s->mask ? psm_xmalloc ((size_t) MAX (b1 - b0, 1) * 4 * H * sizeof (float), "LSTM scratch") : NULL;
       psm_pack_shared (4 * H, H, w->data, 4 * H, TRUE, wpt);   /* op(W) = W^T [4H, H] */
       lstm_seq_backward_rows (T, B, H, b0, b1, rev, out->grad, out->data, c0->data, s->cs, s->sv, s->mask,
-                              w->data, wpt, dG, dxp, ldx, carry_h, carry_c, C, ldc, s->zh, s->zc);
+                              w->data, wpt, dG, dxp, ldx, carry_h, carry_c, C, ldc, dGc, s->zh, s->zc);
+      free (dGc);
       free (C);
     }
     free (wpt);
   } else {
     float *C = psm_xmalloc ((size_t) B * ldc * sizeof (float), "LSTM scratch");
+    float *dGc = s->mask ? psm_xmalloc ((size_t) B * 4 * H * sizeof (float), "LSTM scratch") : NULL;
     lstm_seq_backward_rows (T, B, H, 0, B, rev, out->grad, out->data, c0->data, s->cs, s->sv, s->mask, w->data,
-                            NULL, dG, dxp, ldx, carry_h, carry_c, C, ldc, s->zh, s->zc);
+                            NULL, dG, dxp, ldx, carry_h, carry_c, C, ldc, dGc, s->zh, s->zc);
+    free (dGc);
     free (C);
   }
   if (h0->grad)
