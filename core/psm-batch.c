@@ -77,6 +77,15 @@ psm_batch_reserve (PsmBatch *b, int B, int T, int Ty)
   b->ext_base = 0;
 }
 
+/* Every per-row array of a batch, with its number of steps: X (field,
+ * steps) for each ([T, B], [Ty, B] and [B] arrays). The functions that move
+ * rows (keep_rows, sort_by_target) go through this one list. */
+#define PSM_BATCH_ROW_FIELDS(X, b)                                             \
+  X (src, (b)->T) X (src_ext, (b)->T) X (src_mask, (b)->T) X (src_seg, (b)->T) \
+  X (dec_in, (b)->Ty) X (tgt, (b)->Ty) X (tgt_ext, (b)->Ty)                    \
+  X (tgt_mask, (b)->Ty) X (tgt_switch, (b)->Ty) X (tgt_loc, (b)->Ty)           \
+  X (example_id, 1) X (keep, 1)
+
 void
 psm_batch_keep_rows (PsmBatch *b, int lo, int n)
 {
@@ -86,19 +95,8 @@ psm_batch_keep_rows (PsmBatch *b, int lo, int n)
    * old one t B + lo + j */
 #define KEEP(field, steps)                                                     \
   for (int t = 0; t < (steps); t++)                                            \
-    memmove (b->field + (size_t) t * n, b->field + (size_t) t * B + lo, (size_t) n * sizeof *b->field)
-  KEEP (src, b->T);
-  KEEP (src_ext, b->T);
-  KEEP (src_mask, b->T);
-  KEEP (src_seg, b->T);
-  KEEP (dec_in, b->Ty);
-  KEEP (tgt, b->Ty);
-  KEEP (tgt_ext, b->Ty);
-  KEEP (tgt_mask, b->Ty);
-  KEEP (tgt_switch, b->Ty);
-  KEEP (tgt_loc, b->Ty);
-  KEEP (example_id, 1);
-  KEEP (keep, 1);
+    memmove (b->field + (size_t) t * n, b->field + (size_t) t * B + lo, (size_t) n * sizeof *b->field);
+  PSM_BATCH_ROW_FIELDS (KEEP, b)
 #undef KEEP
   b->B = n;
 }
@@ -133,18 +131,7 @@ psm_batch_sort_by_target (PsmBatch *b)
         to[j] = row[order[j]];                                                 \
       memcpy (row, tmp, (size_t) B * 4);                                       \
     }
-    PERMUTE (src, b->T);
-    PERMUTE (src_ext, b->T);
-    PERMUTE (src_mask, b->T);
-    PERMUTE (src_seg, b->T);
-    PERMUTE (dec_in, b->Ty);
-    PERMUTE (tgt, b->Ty);
-    PERMUTE (tgt_ext, b->Ty);
-    PERMUTE (tgt_mask, b->Ty);
-    PERMUTE (tgt_switch, b->Ty);
-    PERMUTE (tgt_loc, b->Ty);
-    PERMUTE (example_id, 1);
-    PERMUTE (keep, 1);
+    PSM_BATCH_ROW_FIELDS (PERMUTE, b)
 #undef PERMUTE
     g_free (tmp);
   }

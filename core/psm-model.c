@@ -682,6 +682,14 @@ first_rows (PsmGraph *g, PsmTensor *x, int R)
   return psm_tensor_view (g, x, 0, 2, shape);
 }
 
+/* Whether teacher-forced steps run on the rows still decoding: a decoder
+ * with PSM_DECODER_LIVE_ROWS, unless psm_model_set_all_rows. */
+static gboolean
+steps_on_live_rows (PsmModel *m)
+{
+  return m->dk && !m->all_rows && (PSM_STRUCT_FIELD (m->dk, flags, 0u) & PSM_DECODER_LIVE_ROWS);
+}
+
 /* live[t]: 1 + the last row with a real target at step t or later (at
  * least 1): with the rows in order of target length (psm_batch_sort_by_
  * target) exactly the rows still decoding at t. NULL when every step runs
@@ -690,7 +698,7 @@ first_rows (PsmGraph *g, PsmTensor *x, int R)
 static int *
 live_rows (PsmModel *m, PsmGraph *g, const PsmBatch *b)
 {
-  if (m->all_rows || !(PSM_STRUCT_FIELD (m->dk, flags, 0u) & PSM_DECODER_LIVE_ROWS))
+  if (!steps_on_live_rows (m))
     return NULL;
   int *live = psm_graph_alloc (g, (size_t) b->Ty * sizeof (int)), R = 1;
   gboolean fewer = FALSE;
@@ -805,8 +813,7 @@ psm_model_loss (PsmModel *m, PsmGraph *g, const PsmBatch *b)
    * so that the decoder's steps run on the rows still decoding alone
    * (PSM_DECODER_LIVE_ROWS). After an MPI share is taken: each rank orders
    * its own rows. */
-  if (b == &m->batch && m->dk && !m->streams && !m->all_rows &&
-      (PSM_STRUCT_FIELD (m->dk, flags, 0u) & PSM_DECODER_LIVE_ROWS))
+  if (b == &m->batch && !m->streams && steps_on_live_rows (m))
     psm_batch_sort_by_target (&m->batch);
   psm_graph_set_rng (g, m->train_rng);   /* dropout and zoneout draw from it */
   encode (m, g, b, &enc);
