@@ -372,6 +372,10 @@ void psm_packed_gemm_store (int M, int K, int n, const float *A, int lda, const 
 int psm_pack_threads (int B);
 void psm_pack_row_split (int B, int nth, int id, int *b0, int *b1);
 void psm_pack_shared (int K, int n, const float *w, int ldw, gboolean tb, float *wp);
+/* The rows of [b0, b1) real at step t of mask [T, B] (NULL: all), of x
+ * [., B, n], gathered into xc: how many, and where to read them. */
+int psm_pack_real_rows (const float *mask, int t, int B, int b0, int b1, const float *x, int n, float *xc,
+                        const float **from);
 
 /* malloc / calloc / 64-byte aligned (free with free()) that call
  * psm_out_of_memory instead of returning NULL (core/psm-mem.c). */

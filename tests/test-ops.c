@@ -997,6 +997,111 @@ START_TEST (test_lstm_seq_cols)
 }
 END_TEST
 
+#define GRU_X0 3       /* psm_gru_seq_cols: the gates start at column 3 of 3H + 5 */
+
+static PsmTensor *
+f_gru_seq_cols (PsmGraph *g, void *ud)
+{
+  Case *c = ud;
+  return psm_test_project (g, psm_gru_seq_cols (g, in (g, c, 0), GRU_X0, in (g, c, 1), in (g, c, 2), in (g, c, 3),
+                                                c->mask, c->which));
+}
+
+/* Sum over t of <h_t, R_t>, h from psm_gru_seq_cols (seq) or psm_gru_cell
+ * step by step on the copied columns, in the op's direction; backward. */
+static float
+gru_cols_loss (PsmGraph *g, Case *c, const float *R, gboolean rev, gboolean seq)
+{
+  PsmTensor *xp = in (g, c, 0), *h = in (g, c, 1), *w = in (g, c, 2), *b = in (g, c, 3), *loss = NULL;
+  int T = xp->shape[0], B = xp->shape[1], H = psm_tensor_cols (h), sr[2] = { B, H };
+  PsmTensor *hs = seq ? psm_gru_seq_cols (g, xp, GRU_X0, h, w, b, c->mask, rev) : NULL;
+  for (int k = 0; k < T; k++) {
+    int t = rev ? T - 1 - k : k;
+    h = seq ? psm_tensor_step (g, hs, t)
+            : psm_gru_cell (g, psm_slice (g, psm_tensor_step (g, xp, t), GRU_X0, 3 * H), h, w, b, c->mask + t * B);
+    PsmTensor *l = psm_sum (g, psm_mul (g, h, psm_tensor_wrap (g, (float *) R + (size_t) t * B * H, NULL, 2, sr)));
+    loss = loss ? psm_add (g, loss, l) : l;
+  }
+  psm_backward (g, loss);
+  return loss->data[0];
+}
+
+/* psm_gru_seq_cols in both directions, on packed weights and through
+ * psm_gemm, against psm_gru_cell step by step: loss and the gradients of all
+ * inputs (the columns it does not read get none). B = 13, H = 20 splits the
+ * rows unevenly over the threads and pads the packed panels; padding inside
+ * rows and at their ends (the steps' GEMMs leave those rows out). With
+ * col0 = 0 and K = 3H forward it is psm_gru_seq, bit for bit. Then the
+ * finite-difference check of every input, both directions. */
+START_TEST (test_gru_seq_cols)
+{
+  PsmRng rng;
+  psm_rng_seed (&rng, 29);
+  gboolean saved = psm_gru_packed;
+  enum { T = 5, B = 13, H = 20, K = 3 * H + 5 };
+  for (int packed = 0; packed < 2; packed++)
+    for (int rev = 0; rev < 2; rev++) {
+      psm_gru_packed = packed;
+      Case c = { 0 };
+      alloc_in (&c, 0, 3, T, B, K, &rng, 1.0f);
+      alloc_in (&c, 1, 2, B, H, 0, &rng, 1.0f);
+      alloc_in (&c, 2, 2, H, 3 * H, 0, &rng, 0.3f);
+      alloc_in (&c, 3, 1, 3 * H, 0, 0, &rng, 0.5f);
+      for (int t = 0; t < T; t++)
+        for (int b = 0; b < B; b++)
+          c.mask[t * B + b] = (b % 4 == 1 && t >= T - 2) || t * B + b == B + 2 || t * B + b == 2 * B ? 0.0f : 1.0f;
+      float *R = g_new (float, (size_t) T * B * H), *want[4];
+      psm_test_fill (R, (size_t) T * B * H, 1.0f, &rng);
+      PsmGraph *g = psm_graph_new ();
+      float l_cell = gru_cols_loss (g, &c, R, rev, FALSE);
+      for (int k = 0; k < 4; k++) {
+        want[k] = g_memdup2 (c.gx[k], n_of (&c, k) * sizeof (float));
+        memset (c.gx[k], 0, n_of (&c, k) * sizeof (float));
+      }
+      psm_graph_reset (g);
+      float l_seq = gru_cols_loss (g, &c, R, rev, TRUE);
+      ck_assert_msg (fabsf (l_seq - l_cell) <= 1e-5f * fabsf (l_cell) + 1e-4f, "gru_seq_cols packed=%d rev=%d: %g vs %g",
+                     packed, rev, l_seq, l_cell);
+      for (int k = 0; k < 4; k++)
+        for (size_t i = 0; i < n_of (&c, k); i++) {
+          ck_assert_msg (fabsf (c.gx[k][i] - want[k][i]) <= 1e-4f + 1e-4f * fabsf (want[k][i]),
+                         "gru_seq_cols packed=%d rev=%d input %d grad[%zu]: %g vs %g", packed, rev, k, i,
+                         c.gx[k][i], want[k][i]);
+          if (k == 0 && ((int) (i % K) < GRU_X0 || (int) (i % K) >= GRU_X0 + 3 * H))
+            ck_assert (c.gx[k][i] == 0.0f);
+        }
+      for (int k = 0; k < 4; k++)
+        g_free (want[k]);
+      psm_graph_reset (g);
+      if (!rev) {   /* col0 = 0 on a [T, B, 3H] input is psm_gru_seq */
+        int sx[3] = { T, B, 3 * H };
+        PsmTensor *x3 = psm_tensor_new (g, 3, sx, FALSE);
+        for (int i = 0; i < T * B; i++)
+          memcpy (x3->data + (size_t) i * 3 * H, c.x[0] + (size_t) i * K + GRU_X0, 3 * H * sizeof (float));
+        PsmTensor *a = psm_gru_seq (g, x3, in (g, &c, 1), in (g, &c, 2), in (g, &c, 3), c.mask);
+        PsmTensor *b = psm_gru_seq_cols (g, x3, 0, in (g, &c, 1), in (g, &c, 2), in (g, &c, 3), c.mask, FALSE);
+        ck_assert (memcmp (a->data, b->data, a->n * sizeof (float)) == 0);
+      }
+      psm_graph_free (g);
+      g_free (R);
+      free_case (&c);
+    }
+  psm_gru_packed = saved;
+  for (int rev = 0; rev < 2; rev++) {
+    Case c = { 0 };
+    c.which = rev;
+    alloc_in (&c, 0, 3, 4, 3, 3 * 4 + 5, &rng, 1.0f);
+    alloc_in (&c, 1, 2, 3, 4, 0, &rng, 1.0f);
+    alloc_in (&c, 2, 2, 4, 3 * 4, 0, &rng, 0.8f);
+    alloc_in (&c, 3, 1, 3 * 4, 0, 0, &rng, 0.5f);
+    for (int i = 0; i < 4 * 3; i++)
+      c.mask[i] = (i == 1 || i == 5 || i == 11) ? 0.0f : 1.0f;
+    check_all (rev ? "gru_seq_cols reverse" : "gru_seq_cols", f_gru_seq_cols, &c, 4, 5e-3f);
+    free_case (&c);
+  }
+}
+END_TEST
+
 /* Zoneout: fixed 0/1 weights (as training draws them) and the constant
  * expectation (evaluation), finite-difference checked; weights of 0 give
  * the plain LSTM bit for bit, weights of 1 keep the start state. */
@@ -1789,6 +1894,7 @@ main (int argc, char **argv)
   tcase_add_test (tc, test_lstm);
   tcase_add_test (tc, test_lstm_seq);
   tcase_add_test (tc, test_lstm_seq_cols);
+  tcase_add_test (tc, test_gru_seq_cols);
   tcase_add_test (tc, test_lstm_zoneout);
   tcase_add_test (tc, test_dropout);
   tcase_add_test (tc, test_noisy_tanh);

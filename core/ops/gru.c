@@ -125,84 +125,92 @@ gru_step_backward (int B, int H, const float *dho, const float *h, const float *
  * whole recurrence (forward, then backward) for its own block of rows: no
  * barrier and no data shared between threads after the weight matrix is
  * packed (W for h W, W^T for dG W^T; the threads pack its panels apart).
- * Each element is computed the same way whatever the split. Measured
- * against one psm_gemm per step (bench-gru, 2 threads, BENCHMARKS.md):
- * B = 32, H = 256 about 12 -> 8 ms per training step; B = 128, H = 256
- * 37.6 -> 31.6 ms; B = 250, H = 1000 1003 -> 963 ms. */
+ * Each element is computed the same way whatever the split. A step's GEMM
+ * runs on the rows real at that step only (psm_pack_real_rows, as
+ * psm_lstm_seq): a padded row carries its state and has no gradient to
+ * pass through W. Measured against one psm_gemm per step (bench-gru, 2
+ * threads, BENCHMARKS.md): B = 32, H = 256 about 12 -> 8 ms per training
+ * step; B = 128, H = 256 37.6 -> 31.6 ms; B = 250, H = 1000 1003 -> 963 ms.
+ * Without vector FMA in the build (or with psm_gru_packed unset) the
+ * per-step GEMMs go to psm_gemm, on the same rows. */
 gboolean psm_gru_packed = PSM_PACK_FAST;
 
+typedef struct {
+  float *sv;     /* [T, B, 4H] */
+  float *mask;   /* [T, B] or NULL */
+  gboolean reverse;
+} GruSeqSaved;
+
+/* Rows [b0, b1) over the whole sequence, forward in time or in reverse.
+ * xp: the step's columns at row stride ldx. wp: packed W, or NULL for
+ * psm_gemm. G: scratch [b1 - b0, ldg]; hc: scratch [b1 - b0, H]. keep: sv
+ * holds every step [T, B, 4H]; otherwise one row [4H]. */
 static void
-gru_seq_forward_packed (int T, int B, int H, const float *xp, const float *h0, const float *w,
-                        const float *bh, const float *mask, float *out, float *sv)
+gru_seq_forward_rows (int T, int B, int H, int b0, int b1, gboolean rev, const float *xp, int ldx, const float *h0,
+                      const float *w, const float *wp, const float *bh, const float *mask, float *out, float *sv,
+                      gboolean keep, float *G, int ldg, float *hc)
 {
-  int ldg = psm_pack_panels (3 * H) * PSM_PACK_NR;
-  float *wp = psm_xaligned (psm_packed_floats (H, 3 * H) * sizeof (float), "packed GRU weights");
-#pragma omp parallel num_threads (psm_pack_threads (B))
-  {
-    int b0, b1;
-    psm_pack_row_split (B, omp_get_num_threads (), omp_get_thread_num (), &b0, &b1);
-    float *G = psm_xaligned ((size_t) MAX (b1 - b0, 1) * ldg * sizeof (float), "GRU scratch");
-    psm_pack_shared (H, 3 * H, w, 3 * H, FALSE, wp);
-    for (int t = 0; t < T && b1 > b0; t++) {
-      const float *hp = t ? out + (size_t) (t - 1) * B * H : h0;
-      psm_packed_gemm (b1 - b0, H, 3 * H, hp + (size_t) b0 * H, H, wp, G, ldg);
-      for (int b = b0; b < b1; b++) {
-        size_t row = (size_t) t * B + b;
-        float *s = sv + row * 4 * H, *ho = out + row * H;
-        if (mask && mask[row] == 0.0f)
-          gru_row_carry (H, hp + (size_t) b * H, s, ho);
-        else
-          gru_row_forward (H, xp + row * 3 * H, G + (size_t) (b - b0) * ldg, bh,
-                           hp + (size_t) b * H, s, ho);
+  for (int k = 0; k < T && b1 > b0; k++) {
+    int t = rev ? T - 1 - k : k, tp = rev ? t + 1 : t - 1;
+    const float *hp = k ? out + (size_t) tp * B * H : h0, *hin;
+    int n = psm_pack_real_rows (mask, t, B, b0, b1, hp, H, hc, &hin);   /* G's row r: the r-th real row */
+    if (n && wp)
+      psm_packed_gemm (n, H, 3 * H, hin, H, wp, G, ldg);
+    else if (n)
+      psm_gemm (FALSE, FALSE, n, 3 * H, H, 1.0f, hin, H, w, 3 * H, 0.0f, G, ldg);
+    for (int b = b0, r = 0; b < b1; b++) {
+      size_t row = (size_t) t * B + b;
+      float *s = keep ? sv + row * 4 * H : sv, *ho = out + row * H;
+      if (mask && mask[row] == 0.0f) {
+        memcpy (ho, hp + (size_t) b * H, H * sizeof (float));
+        if (keep)
+          memset (s, 0, 4 * H * sizeof (float));
+        continue;
       }
+      gru_row_forward (H, xp + row * ldx, G + (size_t) r++ * ldg, bh, hp + (size_t) b * H, s, ho);
     }
-    free (G);
   }
-  free (wp);
 }
 
-/* Fills dG [T, B, 3H], adds to dxp (may be NULL) and leaves dL/dh0 in
- * carry [B, H], which comes zeroed. */
+/* Backward over rows [b0, b1): fills dG [T, B, 3H], adds to dxp (may be
+ * NULL; row stride ldx) and leaves dL/dh0 in carry [B, H], which comes
+ * zeroed. wpt: packed W^T or NULL. C: scratch [b1 - b0, ldc]; dGc: scratch
+ * [b1 - b0, 3H]; d: scratch [H]. */
 static void
-gru_seq_backward_packed (int T, int B, int H, const float *dout, const float *out,
-                         const float *h0, const float *w, const float *sv, const float *mask,
-                         float *dG, float *dxp, float *carry)
+gru_seq_backward_rows (int T, int B, int H, int b0, int b1, gboolean rev, const float *dout, const float *out,
+                       const float *h0, const float *w, const float *wpt, const float *sv, const float *mask,
+                       float *dG, float *dxp, int ldx, float *carry, float *C, int ldc, float *dGc, float *d)
 {
-  int ldc = psm_pack_panels (H) * PSM_PACK_NR;
-  float *wp = psm_xaligned (psm_packed_floats (3 * H, H) * sizeof (float), "packed GRU weights");
-#pragma omp parallel num_threads (psm_pack_threads (B))
-  {
-    int b0, b1;
-    psm_pack_row_split (B, omp_get_num_threads (), omp_get_thread_num (), &b0, &b1);
-    float *C = psm_xaligned ((size_t) MAX (b1 - b0, 1) * ldc * sizeof (float), "GRU scratch");
-    float *d = psm_xmalloc ((size_t) H * sizeof (float), "GRU scratch");
-    psm_pack_shared (3 * H, H, w, 3 * H, TRUE, wp);   /* op(W) = W^T [3H, H] */
-    for (int t = T - 1; t >= 0 && b1 > b0; t--) {
-      const float *hp = t ? out + (size_t) (t - 1) * B * H : h0;
-      float *dGt = dG + (size_t) t * B * 3 * H;
-      for (int b = b0; b < b1; b++) {
-        size_t row = (size_t) t * B + b;
-        float *cr = carry + (size_t) b * H;
-        for (int j = 0; j < H; j++)
-          d[j] = dout[row * H + j] + cr[j];
-        memset (cr, 0, H * sizeof (float));
-        gru_row_backward (H, mask && mask[row] == 0.0f, d, hp + (size_t) b * H,
-                          sv + row * 4 * H, dGt + (size_t) b * 3 * H,
-                          dxp ? dxp + row * 3 * H : NULL, cr);
-      }
-      psm_packed_gemm (b1 - b0, 3 * H, H, dGt + (size_t) b0 * 3 * H, 3 * H, wp, C, ldc);
-      for (int b = b0; b < b1; b++) {
-        float *cr = carry + (size_t) b * H;
-        const float *cb = C + (size_t) (b - b0) * ldc;
+  for (int k = T - 1; k >= 0 && b1 > b0; k--) {
+    int t = rev ? T - 1 - k : k, tp = rev ? t + 1 : t - 1;
+    const float *hp = k ? out + (size_t) tp * B * H : h0, *din;
+    float *dGt = dG + (size_t) t * B * 3 * H;
+    for (int b = b0; b < b1; b++) {
+      size_t row = (size_t) t * B + b;
+      float *cr = carry + (size_t) b * H;
 #pragma omp simd
-        for (int j = 0; j < H; j++)
-          cr[j] += cb[j];
-      }
+      for (int j = 0; j < H; j++)
+        d[j] = dout[row * H + j] + cr[j];
+      memset (cr, 0, H * sizeof (float));
+      gru_row_backward (H, mask && mask[row] == 0.0f, d, hp + (size_t) b * H, sv + row * 4 * H,
+                        dGt + (size_t) b * 3 * H, dxp ? dxp + row * ldx : NULL, cr);
     }
-    free (d);
-    free (C);
+    /* dh_prev += dG W^T for the real rows (a padded row's dG is 0) */
+    int n = psm_pack_real_rows (mask, t, B, b0, b1, dGt, 3 * H, dGc, &din);   /* C's row r: the r-th real row */
+    if (n && wpt)
+      psm_packed_gemm (n, 3 * H, H, din, 3 * H, wpt, C, ldc);
+    else if (n)
+      psm_gemm (FALSE, TRUE, n, H, 3 * H, 1.0f, din, 3 * H, w, 3 * H, 0.0f, C, ldc);
+    for (int b = b0, r = 0; b < b1; b++) {
+      if (mask && mask[(size_t) t * B + b] == 0.0f)
+        continue;
+      float *cr = carry + (size_t) b * H;
+      const float *cb = C + (size_t) r++ * ldc;
+#pragma omp simd
+      for (int j = 0; j < H; j++)
+        cr[j] += cb[j];
+    }
   }
-  free (wp);
 }
 
 PsmTensor *
@@ -242,38 +250,63 @@ psm_gru_cell_backward (PsmNode *n)
   free (dG);
 }
 
-typedef struct {
-  float *sv;     /* [T, B, 4H] */
-  float *mask;   /* [T, B] or NULL */
-} GruSeqSaved;
-
 PsmTensor *
 psm_gru_seq (PsmGraph *g, PsmTensor *xp, PsmTensor *h0, PsmTensor *w, PsmTensor *bh, const float *mask)
 {
-  g_return_val_if_fail (xp->ndim == 3, NULL);
-  int T = xp->shape[0], B = xp->shape[1], H = psm_tensor_cols (h0);
-  g_return_val_if_fail (xp->shape[2] == 3 * H && psm_tensor_rows (h0) == B, NULL);
+  return psm_gru_seq_cols (g, xp, 0, h0, w, bh, mask, FALSE);
+}
+
+PsmTensor *
+psm_gru_seq_cols (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTensor *w, PsmTensor *bh,
+                  const float *mask, gboolean reverse)
+{
+  g_return_val_if_fail (xp && xp->ndim == 3 && h0 && w && bh, NULL);
+  int T = xp->shape[0], B = xp->shape[1], H = psm_tensor_cols (h0), ldx = xp->shape[2];
+  g_return_val_if_fail (T > 0 && col0 >= 0 && col0 + 3 * H <= ldx && psm_tensor_rows (h0) == B, NULL);
+  g_return_val_if_fail (w->n == (size_t) H * 3 * H && bh->n == (size_t) 3 * H, NULL);
   PsmTensor *in[4] = { xp, h0, w, bh };
   int shape[3] = { T, B, H };
   PsmTensor *out = psm_op_out (g, 3, shape, 4, in);
-  float *sv = psm_graph_alloc (g, (size_t) T * B * 4 * H * sizeof (float));
-  if (psm_gru_packed)
-    gru_seq_forward_packed (T, B, H, xp->data, h0->data, w->data, bh->data, mask, out->data, sv);
-  else {
-    float *G = psm_graph_alloc (g, (size_t) B * 3 * H * sizeof (float));
-    for (int t = 0; t < T; t++) {
-      const float *hp = t ? out->data + (size_t) (t - 1) * B * H : h0->data;
-      gru_step_forward (B, H, xp->data + (size_t) t * B * 3 * H, hp, w->data, bh->data,
-                        mask ? mask + (size_t) t * B : NULL, G,
-                        out->data + (size_t) t * B * H, sv + (size_t) t * B * 4 * H);
+  /* without a gradient the gates are not kept: one row of them a thread */
+  gboolean keep = out->grad != NULL;
+  float *sv = keep ? psm_graph_alloc (g, (size_t) T * B * 4 * H * sizeof (float)) : NULL;
+  const float *x = xp->data + col0;
+  if (psm_gru_packed) {
+    int ldg = psm_pack_panels (3 * H) * PSM_PACK_NR;
+    float *wp = psm_xaligned (psm_packed_floats (H, 3 * H) * sizeof (float), "packed GRU weights");
+#pragma omp parallel num_threads (psm_pack_threads (B))
+    {
+      int b0, b1;
+      psm_pack_row_split (B, omp_get_num_threads (), omp_get_thread_num (), &b0, &b1);
+      float *G = psm_xaligned ((size_t) MAX (b1 - b0, 1) * ldg * sizeof (float), "GRU scratch");
+      float *hc = mask ? psm_xmalloc ((size_t) MAX (b1 - b0, 1) * H * sizeof (float), "GRU scratch") : NULL;
+      float *row_sv = keep ? NULL : psm_xmalloc (4 * H * sizeof (float), "GRU scratch");
+      psm_pack_shared (H, 3 * H, w->data, 3 * H, FALSE, wp);
+      gru_seq_forward_rows (T, B, H, b0, b1, reverse, x, ldx, h0->data, w->data, wp, bh->data, mask, out->data,
+                            keep ? sv : row_sv, keep, G, ldg, hc);
+      free (row_sv);
+      free (hc);
+      free (G);
     }
+    free (wp);
+  } else {
+    float *G = psm_xmalloc ((size_t) B * 3 * H * sizeof (float), "GRU scratch");
+    float *hc = mask ? psm_xmalloc ((size_t) B * H * sizeof (float), "GRU scratch") : NULL;
+    float *row_sv = keep ? NULL : psm_xmalloc (4 * H * sizeof (float), "GRU scratch");
+    gru_seq_forward_rows (T, B, H, 0, B, reverse, x, ldx, h0->data, w->data, NULL, bh->data, mask, out->data,
+                          keep ? sv : row_sv, keep, G, 3 * H, hc);
+    free (row_sv);
+    free (hc);
+    free (G);
   }
   PsmNode *n = psm_graph_record (g, PSM_OP_GRU_SEQ, out, 4, in);
   if (n) {
     GruSeqSaved *s = psm_graph_alloc (g, sizeof *s);
     s->sv = sv;
     s->mask = psm_graph_dup (g, mask, (size_t) T * B * sizeof (float));
+    s->reverse = reverse;
     n->saved = s;
+    n->iarg[0] = col0;
   }
   return out;
 }
@@ -283,38 +316,53 @@ psm_gru_seq_backward (PsmNode *n)
 {
   PsmTensor *xp = n->in[0], *h0 = n->in[1], *w = n->in[2], *bh = n->in[3], *out = n->out;
   GruSeqSaved *s = n->saved;
-  int T = xp->shape[0], B = xp->shape[1], H = psm_tensor_cols (h0);
+  int T = xp->shape[0], B = xp->shape[1], H = psm_tensor_cols (h0), ldx = xp->shape[2], col0 = n->iarg[0];
+  gboolean rev = s->reverse;
+  float *dxp = xp->grad ? xp->grad + col0 : NULL;
   size_t BH = (size_t) B * H;
   float *dG = psm_xmalloc ((size_t) T * B * 3 * H * sizeof (float), "GRU gradients");
-  float *carry = psm_xmalloc0 (BH * sizeof (float), "GRU gradients");   /* dL/dh_{t} from step t+1 */
-  if (psm_gru_packed)
-    gru_seq_backward_packed (T, B, H, out->grad, out->data, h0->data, w->data, s->sv, s->mask,
-                             dG, xp->grad, carry);
-  else {
-    float *dh = psm_xmalloc (BH * sizeof (float), "GRU gradients");
-    for (int t = T - 1; t >= 0; t--) {
-      const float *hp = t ? out->data + (size_t) (t - 1) * BH : h0->data;
-      for (size_t i = 0; i < BH; i++)
-        dh[i] = out->grad[(size_t) t * BH + i] + carry[i];
-      float *dGt = dG + (size_t) t * B * 3 * H;
-      memset (carry, 0, BH * sizeof (float));
-      gru_step_backward (B, H, dh, hp, s->sv + (size_t) t * B * 4 * H,
-                         s->mask ? s->mask + (size_t) t * B : NULL, dGt,
-                         xp->grad ? xp->grad + (size_t) t * B * 3 * H : NULL, carry);
-      psm_gemm (FALSE, TRUE, B, H, 3 * H, 1.0f, dGt, 3 * H, w->data, 3 * H, 1.0f, carry, H);
+  float *carry = psm_xmalloc0 (BH * sizeof (float), "GRU gradients");   /* dL/dh of the next step's input */
+  if (psm_gru_packed) {
+    int ldc = psm_pack_panels (H) * PSM_PACK_NR;
+    float *wpt = psm_xaligned (psm_packed_floats (3 * H, H) * sizeof (float), "packed GRU weights");
+#pragma omp parallel num_threads (psm_pack_threads (B))
+    {
+      int b0, b1;
+      psm_pack_row_split (B, omp_get_num_threads (), omp_get_thread_num (), &b0, &b1);
+      float *C = psm_xaligned ((size_t) MAX (b1 - b0, 1) * ldc * sizeof (float), "GRU scratch");
+      float *dGc = s->mask ? psm_xmalloc ((size_t) MAX (b1 - b0, 1) * 3 * H * sizeof (float), "GRU scratch") : NULL;
+      float *d = psm_xmalloc ((size_t) H * sizeof (float), "GRU scratch");
+      psm_pack_shared (3 * H, H, w->data, 3 * H, TRUE, wpt);   /* op(W) = W^T [3H, H] */
+      gru_seq_backward_rows (T, B, H, b0, b1, rev, out->grad, out->data, h0->data, w->data, wpt, s->sv, s->mask, dG,
+                             dxp, ldx, carry, C, ldc, dGc, d);
+      free (d);
+      free (dGc);
+      free (C);
     }
-    free (dh);
+    free (wpt);
+  } else {
+    float *C = psm_xmalloc (BH * sizeof (float), "GRU scratch");
+    float *dGc = s->mask ? psm_xmalloc ((size_t) B * 3 * H * sizeof (float), "GRU scratch") : NULL;
+    float *d = psm_xmalloc ((size_t) H * sizeof (float), "GRU scratch");
+    gru_seq_backward_rows (T, B, H, 0, B, rev, out->grad, out->data, h0->data, w->data, NULL, s->sv, s->mask, dG,
+                           dxp, ldx, carry, C, H, dGc, d);
+    free (d);
+    free (dGc);
+    free (C);
   }
   if (h0->grad)
     for (size_t i = 0; i < BH; i++)
       h0->grad[i] += carry[i];
   if (w->grad) {
-    /* dW = sum_t h_{t-1}^T dG_t: h0 against dG_0, then the outputs of steps
-     * 0..T-2 against dG_1..T-1 as one GEMM. */
-    psm_gemm (TRUE, FALSE, H, 3 * H, B, 1.0f, h0->data, H, dG, 3 * H, 1.0f, w->grad, 3 * H);
+    /* dW = sum over steps of h_prev^T dG: h0 against the first step's dG,
+     * the other steps as one GEMM (h_prev of position t is h of t - 1, or
+     * of t + 1 in reverse) */
+    int first = rev ? T - 1 : 0;
+    psm_gemm (TRUE, FALSE, H, 3 * H, B, 1.0f, h0->data, H, dG + (size_t) first * B * 3 * H, 3 * H, 1.0f, w->grad,
+              3 * H);
     if (T > 1)
-      psm_gemm (TRUE, FALSE, H, 3 * H, (T - 1) * B, 1.0f, out->data, H, dG + (size_t) B * 3 * H,
-                3 * H, 1.0f, w->grad, 3 * H);
+      psm_gemm (TRUE, FALSE, H, 3 * H, (T - 1) * B, 1.0f, out->data + (rev ? BH : 0), H,
+                dG + (rev ? 0 : (size_t) B * 3 * H), 3 * H, 1.0f, w->grad, 3 * H);
   }
   if (bh->grad)
     psm_colsum_add (T * B, 3 * H, dG, bh->grad);

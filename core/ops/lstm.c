@@ -154,30 +154,6 @@ lstm_row_forward (int H, const float *G, const float *cp, float *s, float *ho, f
   }
 }
 
-/* The rows of [b0, b1) with mask 1 at step t of x [., B, n] gathered into
- * xc [., n] (the GEMMs of a step run on the real rows only: a padded row
- * carries its state). Returns how many, and where to read them: x's own
- * rows when all are real (or mask is NULL), else xc. */
-static int
-real_rows (const float *mask, int t, int B, int b0, int b1, const float *x, int n, float *xc, const float **from)
-{
-  *from = x + (size_t) b0 * n;
-  if (!mask)
-    return b1 - b0;
-  int r = 0;
-  for (int b = b0; b < b1; b++)
-    if (mask[(size_t) t * B + b] != 0.0f)
-      r++;
-  if (r == b1 - b0)
-    return r;
-  r = 0;
-  for (int b = b0; b < b1; b++)
-    if (mask[(size_t) t * B + b] != 0.0f)
-      memcpy (xc + (size_t) r++ * n, x + (size_t) b * n, n * sizeof (float));
-  *from = xc;
-  return r;
-}
-
 /* Rows [b0, b1) over the whole sequence. G: scratch [b1 - b0, ldg]; hc
  * scratch [b1 - b0, H]. wp: packed W, or NULL for one psm_gemm per step.
  * keep: cs and sv hold every step [T, B, .] for the backward pass;
@@ -193,7 +169,7 @@ lstm_seq_forward_rows (int T, int B, int H, int b0, int b1, gboolean rev, const 
     int t = rev ? T - 1 - k : k, tp = rev ? t + 1 : t - 1;
     int ct = keep ? t : k & 1, ctp = keep ? tp : (k - 1) & 1;   /* cs slot of this and the previous step */
     const float *hp = k ? hs + (size_t) tp * B * H : h0, *cp = k ? cs + (size_t) ctp * B * H : c0, *hin;
-    int n = real_rows (mask, t, B, b0, b1, hp, H, hc, &hin);   /* G's row r: the r-th real row */
+    int n = psm_pack_real_rows (mask, t, B, b0, b1, hp, H, hc, &hin);   /* G's row r: the r-th real row */
     if (n && wp)
       psm_packed_gemm (n, H, 4 * H, hin, H, wp, G, ldg);
     else if (n)
@@ -292,7 +268,7 @@ lstm_seq_backward_rows (int T, int B, int H, int b0, int b1, gboolean rev, const
     /* dh_prev += dG W^T for the rows that were not carried (carried rows
      * have dG = 0: they are left out) */
     const float *din;
-    int n = real_rows (mask, t, B, b0, b1, dGt, 4 * H, dGc, &din);   /* C's row r: the r-th real row */
+    int n = psm_pack_real_rows (mask, t, B, b0, b1, dGt, 4 * H, dGc, &din);   /* C's row r: the r-th real row */
     if (n && wpt)
       psm_packed_gemm (n, 4 * H, H, din, 4 * H, wpt, C, ldc);
     else if (n)

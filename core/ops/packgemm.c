@@ -185,6 +185,31 @@ psm_pack_row_split (int B, int nth, int id, int *b0, int *b1)
   *b1 = id == nth - 1 ? B : (int) ((long) B * (id + 1) / nth) / align * align;
 }
 
+/* The rows of [b0, b1) with mask 1 at step t of x [., B, n] gathered into
+ * xc [., n] (the GEMMs of a step run on the real rows only: a padded row
+ * carries its state). Returns how many, and where to read them: x's own
+ * rows when all are real (or mask is NULL), else xc. */
+int
+psm_pack_real_rows (const float *mask, int t, int B, int b0, int b1, const float *x, int n, float *xc,
+                    const float **from)
+{
+  *from = x + (size_t) b0 * n;
+  if (!mask)
+    return b1 - b0;
+  int r = 0;
+  for (int b = b0; b < b1; b++)
+    if (mask[(size_t) t * B + b] != 0.0f)
+      r++;
+  if (r == b1 - b0)
+    return r;
+  r = 0;
+  for (int b = b0; b < b1; b++)
+    if (mask[(size_t) t * B + b] != 0.0f)
+      memcpy (xc + (size_t) r++ * n, x + (size_t) b * n, n * sizeof (float));
+  *from = xc;
+  return r;
+}
+
 /* Packs op(W) (K x n) into wp with the threads of the enclosing region. */
 void
 psm_pack_shared (int K, int n, const float *w, int ldw, gboolean tb, float *wp)

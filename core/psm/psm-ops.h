@@ -98,6 +98,14 @@ PsmTensor *psm_gru_cell (PsmGraph *g, PsmTensor *xp, PsmTensor *h, PsmTensor *w,
  * cell, with the recurrent weight gradient done as one GEMM over all steps.
  * mask [T, B] may be NULL. */
 PsmTensor *psm_gru_seq (PsmGraph *g, PsmTensor *xp, PsmTensor *h0, PsmTensor *w, PsmTensor *bh, const float *mask);
+/* ABI 1.13: the same reading the pre-activations from columns [col0,
+ * col0 + 3H) of xp [T, B, K] (the gradient goes to those columns), forward
+ * in time or, with reverse, from position T - 1 down to 0; the output is in
+ * time order either way, and the final h is position T - 1's (0's in
+ * reverse). Both directions of a bidirectional layer read one projection of
+ * all steps. psm_gru_seq is col0 = 0, K = 3H, forward. */
+PsmTensor *psm_gru_seq_cols (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTensor *w, PsmTensor *bh,
+                             const float *mask, gboolean reverse);
 /* Fused LSTM cell: [i f g o] = xp + h W (xp [B, 4H] incl. bias, W [H, 4H]),
  *   c' = s(f) c + s(i) tanh(g), h' = s(o) tanh(c').
  * Returns hc [2, B, H]: row block 0 is h', 1 is c' (take them with

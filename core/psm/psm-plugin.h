@@ -51,9 +51,11 @@ G_BEGIN_DECLS
  * psm_gather_elems and psm_scatter_rows (heads score their vocabulary on the real target
  * rows only, not on padding). 1.12: PsmDecoderClass.flags and
  * PSM_DECODER_LIVE_ROWS (teacher-forced steps on the rows whose targets
- * have not ended), psm_additive_attention over a query of R <= B rows. */
+ * have not ended), psm_additive_attention over a query of R <= B rows. 1.13:
+ * psm_gru_seq_cols (a GRU sequence on columns of a wider projection, in
+ * either direction: bigru's backward half as one op). */
 #define PSM_ABI_MAJOR 1
-#define PSM_ABI_MINOR 12
+#define PSM_ABI_MINOR 13
 #define PSM_PLUGIN_ENTRY_SYMBOL "psm_plugin_entry"
 
 typedef enum {

@@ -2,7 +2,7 @@
  * appendix A.2.1; the encoder of Gulcehre et al. 2016 §4).
  *   [xf | xb]_t = x_t W_x + b_x     (both directions, all steps: one GEMM)
  *   h→_t = GRU(xf_t, h→_(t-1))   t = 1..T   (whole-sequence op)
- *   h←_t = GRU(xb_t, h←_(t+1))   t = T..1   (fused cell per step)
+ *   h←_t = GRU(xb_t, h←_(t+1))   t = T..1   (the same op in reverse)
  * Padding carries the state: the forward pass ends on each example's last
  * real token, the backward one starts there from zeros. Annotations
  * h_i = [h→_i; h←_i] ([T, B, 2H]); the summary is h←_1 ([B, H]), from which
@@ -44,20 +44,16 @@ static void
 bg_encode (void *self, PsmGraph *g, PsmParams *p, PsmTensor *emb, const float *mask, PsmEncoding *out)
 {
   BiGru *s = self;
-  int T = emb->shape[0], B = emb->shape[1], H = s->H;
+  int B = emb->shape[1], H = s->H;
   PsmTensor *xp = psm_linear (g, emb, psm_param (g, p, s->w_x), psm_param (g, p, s->b_x));
-  int sh[2] = { B, H }, shape[3] = { T, B, H };
-  PsmTensor *hf = psm_gru_seq (g, psm_slice (g, xp, 0, 3 * H), psm_tensor_zeros (g, 2, sh, FALSE),
-                               psm_param (g, p, s->w_f), psm_param (g, p, s->b_f), mask);
-  PsmTensor *hb = psm_tensor_new (g, 3, shape, psm_graph_grad_enabled (g));
-  PsmTensor *xb = psm_slice (g, xp, 3 * H, 3 * H), *wb = psm_param (g, p, s->w_b), *bb = psm_param (g, p, s->b_b);
-  PsmTensor *h = psm_tensor_zeros (g, 2, sh, FALSE);
-  for (int t = T - 1; t >= 0; t--) {
-    h = psm_gru_cell (g, psm_tensor_step (g, xb, t), h, wb, bb, mask + (size_t) t * B);
-    psm_set_step (g, hb, t, h);
-  }
+  int sh[2] = { B, H };
+  /* both directions on their columns of the one projection (ABI 1.13) */
+  PsmTensor *hf = psm_gru_seq_cols (g, xp, 0, psm_tensor_zeros (g, 2, sh, FALSE), psm_param (g, p, s->w_f),
+                                    psm_param (g, p, s->b_f), mask, FALSE);
+  PsmTensor *hb = psm_gru_seq_cols (g, xp, 3 * H, psm_tensor_zeros (g, 2, sh, FALSE), psm_param (g, p, s->w_b),
+                                    psm_param (g, p, s->b_b), mask, TRUE);
   out->annotations = psm_concat (g, hf, hb);
-  out->summary = h;
+  out->summary = psm_tensor_step (g, hb, 0);
 }
 
 static const PsmEncoderClass klass = {
