@@ -376,6 +376,10 @@ void psm_pack_shared (int K, int n, const float *w, int ldw, gboolean tb, float 
  * [., B, n], gathered into xc: how many, and where to read them. */
 int psm_pack_real_rows (const float *mask, int t, int B, int b0, int b1, const float *x, int n, float *xc,
                         const float **from);
+/* And back for a sum: row r of C [., ldc] added to the r-th real row of
+ * [b0, b1) at step t of dst [., B, n]. */
+void psm_pack_real_rows_add (const float *mask, int t, int B, int b0, int b1, const float *C, int ldc, int n,
+                             float *dst);
 
 /* malloc / calloc / 64-byte aligned (free with free()) that call
  * psm_out_of_memory instead of returning NULL (core/psm-mem.c). */

@@ -88,22 +88,30 @@ gru_row_backward (int H, gboolean masked, const float *d, const float *hp, const
       dh[j] += d[j] * s[H + j];
 }
 
-/* Forward of one step for all rows through psm_gemm; writes h' and the
- * saved gates. G is [B, 3H] scratch. */
+/* Forward of one step for all rows through psm_gemm, on the real rows
+ * only (mask [B] may be NULL); writes h' and the saved gates. G: scratch
+ * [B, 3H]; hc: scratch [B, H] when there is a mask. */
 static void
 gru_step_forward (int B, int H, const float *xp, const float *h, const float *w,
-                  const float *bh, const float *mask, float *G, float *hout, float *sv)
+                  const float *bh, const float *mask, float *G, float *hc, float *hout, float *sv)
 {
-  psm_gemm (FALSE, FALSE, B, 3 * H, H, 1.0f, h, H, w, 3 * H, 0.0f, G, 3 * H);
+  const float *hin;
+  int R = psm_pack_real_rows (mask, 0, B, 0, B, h, H, hc, &hin);   /* G's row r: the r-th real row */
+  if (R)
+    psm_gemm (FALSE, FALSE, R, 3 * H, H, 1.0f, hin, H, w, 3 * H, 0.0f, G, 3 * H);
+  int *ix = psm_xmalloc ((size_t) MAX (B, 1) * sizeof (int), "GRU scratch");
+  for (int b = 0, r = 0; b < B; b++)
+    ix[b] = mask && mask[b] == 0.0f ? -1 : r++;
 #pragma omp parallel for if (GRU_PAR (B, H)) schedule (static)
   for (int b = 0; b < B; b++) {
     const float *hp = h + (size_t) b * H;
     float *s = sv + (size_t) b * 4 * H, *ho = hout + (size_t) b * H;
-    if (mask && mask[b] == 0.0f)
+    if (ix[b] < 0)
       gru_row_carry (H, hp, s, ho);
     else
-      gru_row_forward (H, xp + (size_t) b * 3 * H, G + (size_t) b * 3 * H, bh, hp, s, ho);
+      gru_row_forward (H, xp + (size_t) b * 3 * H, G + (size_t) ix[b] * 3 * H, bh, hp, s, ho);
   }
+  free (ix);
 }
 
 /* Backward of one step's elementwise part for all rows: from dh' fills dG
@@ -201,15 +209,7 @@ gru_seq_backward_rows (int T, int B, int H, int b0, int b1, gboolean rev, const 
       psm_packed_gemm (n, 3 * H, H, din, 3 * H, wpt, C, ldc);
     else if (n)
       psm_gemm (FALSE, TRUE, n, H, 3 * H, 1.0f, din, 3 * H, w, 3 * H, 0.0f, C, ldc);
-    for (int b = b0, r = 0; b < b1; b++) {
-      if (mask && mask[(size_t) t * B + b] == 0.0f)
-        continue;
-      float *cr = carry + (size_t) b * H;
-      const float *cb = C + (size_t) r++ * ldc;
-#pragma omp simd
-      for (int j = 0; j < H; j++)
-        cr[j] += cb[j];
-    }
+    psm_pack_real_rows_add (mask, t, B, b0, b1, C, ldc, H, carry);
   }
 }
 
@@ -222,9 +222,12 @@ psm_gru_cell (PsmGraph *g, PsmTensor *xp, PsmTensor *h, PsmTensor *w, PsmTensor 
   PsmTensor *in[4] = { xp, h, w, bh };
   int shape[2] = { B, H };
   PsmTensor *out = psm_op_out (g, 2, shape, 4, in);
-  float *G = psm_graph_alloc (g, (size_t) B * 3 * H * sizeof (float));
+  float *G = psm_xmalloc ((size_t) B * 3 * H * sizeof (float), "GRU scratch");
+  float *hc = mask ? psm_xmalloc ((size_t) B * H * sizeof (float), "GRU scratch") : NULL;
   float *sv = psm_graph_alloc (g, (size_t) B * 4 * H * sizeof (float));
-  gru_step_forward (B, H, xp->data, h->data, w->data, bh->data, mask, G, out->data, sv);
+  gru_step_forward (B, H, xp->data, h->data, w->data, bh->data, mask, G, hc, out->data, sv);
+  free (hc);
+  free (G);
   PsmNode *n = psm_graph_record (g, PSM_OP_GRU_CELL, out, 4, in);
   if (n) {
     n->saved = sv;
@@ -238,15 +241,28 @@ psm_gru_cell_backward (PsmNode *n)
 {
   PsmTensor *xp = n->in[0], *h = n->in[1], *w = n->in[2], *bh = n->in[3], *out = n->out;
   int B = psm_tensor_rows (h), H = psm_tensor_cols (h);
+  const float *mask = n->aux[0], *din, *hin;
   float *dG = psm_xmalloc ((size_t) B * 3 * H * sizeof (float), "GRU gradients");
-  gru_step_backward (B, H, out->grad, h->data, n->saved, n->aux[0], dG,
-                     xp->grad, h->grad);
-  if (h->grad)
-    psm_gemm (FALSE, TRUE, B, H, 3 * H, 1.0f, dG, 3 * H, w->data, 3 * H, 1.0f, h->grad, H);
-  if (w->grad)
-    psm_gemm (TRUE, FALSE, H, 3 * H, B, 1.0f, h->data, H, dG, 3 * H, 1.0f, w->grad, 3 * H);
-  if (bh->grad)
-    psm_colsum_add (B, 3 * H, dG, bh->grad);
+  float *dGc = mask ? psm_xmalloc ((size_t) B * 3 * H * sizeof (float), "GRU gradients") : NULL;
+  float *hc = mask ? psm_xmalloc ((size_t) B * H * sizeof (float), "GRU gradients") : NULL;
+  gru_step_backward (B, H, out->grad, h->data, n->saved, mask, dG, xp->grad, h->grad);
+  /* the GEMMs on the real rows (a padded row's dG is 0) */
+  int R = psm_pack_real_rows (mask, 0, B, 0, B, dG, 3 * H, dGc, &din);
+  if (h->grad && R == B)
+    psm_gemm (FALSE, TRUE, B, H, 3 * H, 1.0f, din, 3 * H, w->data, 3 * H, 1.0f, h->grad, H);
+  else if (h->grad && R) {
+    float *C = psm_xmalloc ((size_t) R * H * sizeof (float), "GRU gradients");
+    psm_gemm (FALSE, TRUE, R, H, 3 * H, 1.0f, din, 3 * H, w->data, 3 * H, 0.0f, C, H);
+    psm_pack_real_rows_add (mask, 0, B, 0, B, C, H, H, h->grad);
+    free (C);
+  }
+  psm_pack_real_rows (mask, 0, B, 0, B, h->data, H, hc, &hin);
+  if (w->grad && R)
+    psm_gemm (TRUE, FALSE, H, 3 * H, R, 1.0f, hin, H, din, 3 * H, 1.0f, w->grad, 3 * H);
+  if (bh->grad && R)
+    psm_colsum_add (R, 3 * H, din, bh->grad);
+  free (hc);
+  free (dGc);
   free (dG);
 }
 

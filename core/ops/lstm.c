@@ -26,24 +26,31 @@ psm_lstm_cell (PsmGraph *g, PsmTensor *xp, PsmTensor *h, PsmTensor *c, PsmTensor
   PsmTensor *in[4] = { xp, h, c, w };
   int shape[3] = { 2, B, H };
   PsmTensor *out = psm_op_out (g, 3, shape, 4, in);
-  float *G = psm_graph_alloc (g, (size_t) B * 4 * H * sizeof (float));
+  float *G = psm_xmalloc ((size_t) MAX (B, 1) * 4 * H * sizeof (float), "LSTM scratch");
+  float *hc = mask ? psm_xmalloc ((size_t) B * H * sizeof (float), "LSTM scratch") : NULL;
   float *sv = psm_graph_alloc (g, (size_t) B * 5 * H * sizeof (float));
-  memcpy (G, xp->data, (size_t) B * 4 * H * sizeof (float));
+  /* G's row r: the r-th real row (mask NULL: all), xp + h W */
+  const float *xin, *hin;
+  int R = psm_pack_real_rows (mask, 0, B, 0, B, xp->data, 4 * H, G, &xin);
+  if (xin != G)
+    memcpy (G, xin, (size_t) R * 4 * H * sizeof (float));
+  psm_pack_real_rows (mask, 0, B, 0, B, h->data, H, hc, &hin);
   gboolean packed = PSM_PACK_FAST && B <= PSM_PACKED_MAX_ROWS && psm_graph_is_const (g, w->data);
-  if (packed)
-    psm_gemm_packed (B, 4 * H, H, h->data, H, psm_graph_packed (g, w->data, H, 4 * H, FALSE), NULL, TRUE, G,
-                     4 * H);
-  else
-    psm_gemm (FALSE, FALSE, B, 4 * H, H, 1.0f, h->data, H, w->data, 4 * H, 1.0f, G, 4 * H);
+  if (packed && R)
+    psm_gemm_packed (R, 4 * H, H, hin, H, psm_graph_packed (g, w->data, H, 4 * H, FALSE), NULL, TRUE, G, 4 * H);
+  else if (R)
+    psm_gemm (FALSE, FALSE, R, 4 * H, H, 1.0f, hin, H, w->data, 4 * H, 1.0f, G, 4 * H);
+  free (hc);
   float *ho = out->data, *co = out->data + (size_t) B * H;
-  for (int b = 0; b < B; b++) {
-    const float *gr = G + (size_t) b * 4 * H, *cp = c->data + (size_t) b * H;
+  for (int b = 0, r = 0; b < B; b++) {
+    const float *cp = c->data + (size_t) b * H;
     float *s = sv + (size_t) b * 5 * H;
     if (mask && mask[b] == 0.0f) {
       memcpy (ho + (size_t) b * H, h->data + (size_t) b * H, H * sizeof (float));
       memcpy (co + (size_t) b * H, cp, H * sizeof (float));
       continue;
     }
+    const float *gr = G + (size_t) r++ * 4 * H;
     /* s = [i f g o tanh c']: gates first, in two vector loops */
 #pragma omp simd
     for (int j = 0; j < 2 * H; j++)
@@ -61,6 +68,7 @@ psm_lstm_cell (PsmGraph *g, PsmTensor *xp, PsmTensor *h, PsmTensor *c, PsmTensor
       s[4 * H + j] = tc;
     }
   }
+  free (G);
   PsmNode *n = psm_graph_record (g, PSM_OP_LSTM_CELL, out, 4, in);
   if (n) {
     n->saved = sv;
@@ -106,12 +114,26 @@ psm_lstm_cell_backward (PsmNode *n)
   if (xp->grad)
     for (size_t i = 0; i < (size_t) B * 4 * H; i++)
       xp->grad[i] += dG[i];
-  if (h->grad && n->aux[1])
-    psm_gemm_packed (B, H, 4 * H, dG, 4 * H, (const float *) n->aux[1], NULL, TRUE, h->grad, H);
-  else if (h->grad)
-    psm_gemm (FALSE, TRUE, B, H, 4 * H, 1.0f, dG, 4 * H, w->data, 4 * H, 1.0f, h->grad, H);
-  if (w->grad)
-    psm_gemm (TRUE, FALSE, H, 4 * H, B, 1.0f, h->data, H, dG, 4 * H, 1.0f, w->grad, 4 * H);
+  /* the GEMMs on the real rows (a padded row's dG is 0); dh through a
+   * compact C when rows were left out */
+  float *dGc = mask ? psm_xmalloc ((size_t) B * 4 * H * sizeof (float), "LSTM gradients") : NULL;
+  float *hc = mask ? psm_xmalloc ((size_t) B * H * sizeof (float), "LSTM gradients") : NULL;
+  const float *din, *hin;
+  int R = psm_pack_real_rows (mask, 0, B, 0, B, dG, 4 * H, dGc, &din);
+  float *C = h->grad && R < B ? psm_xmalloc0 ((size_t) MAX (R, 1) * H * sizeof (float), "LSTM gradients") : NULL;
+  float *dh = C ? C : h->grad;
+  if (h->grad && R && n->aux[1])
+    psm_gemm_packed (R, H, 4 * H, din, 4 * H, (const float *) n->aux[1], NULL, TRUE, dh, H);
+  else if (h->grad && R)
+    psm_gemm (FALSE, TRUE, R, H, 4 * H, 1.0f, din, 4 * H, w->data, 4 * H, 1.0f, dh, H);
+  if (C)
+    psm_pack_real_rows_add (mask, 0, B, 0, B, C, H, H, h->grad);
+  psm_pack_real_rows (mask, 0, B, 0, B, h->data, H, hc, &hin);
+  if (w->grad && R)
+    psm_gemm (TRUE, FALSE, H, 4 * H, R, 1.0f, hin, H, din, 4 * H, 1.0f, w->grad, 4 * H);
+  free (C);
+  free (hc);
+  free (dGc);
   free (dG);
 }
 
@@ -273,15 +295,7 @@ lstm_seq_backward_rows (int T, int B, int H, int b0, int b1, gboolean rev, const
       psm_packed_gemm (n, 4 * H, H, din, 4 * H, wpt, C, ldc);
     else if (n)
       psm_gemm (FALSE, TRUE, n, H, 4 * H, 1.0f, din, 4 * H, w, 4 * H, 0.0f, C, ldc);
-    for (int b = b0, r = 0; b < b1; b++) {
-      if (mask && mask[(size_t) t * B + b] == 0.0f)
-        continue;
-      float *dh = carry_h + (size_t) b * H;
-      const float *cr = C + (size_t) r++ * ldc;
-#pragma omp simd
-      for (int j = 0; j < H; j++)
-        dh[j] += cr[j];
-    }
+    psm_pack_real_rows_add (mask, t, B, b0, b1, C, ldc, H, carry_h);
   }
 }
 

@@ -210,6 +210,23 @@ psm_pack_real_rows (const float *mask, int t, int B, int b0, int b1, const float
   return r;
 }
 
+/* The reverse for a sum: row r of C (row stride ldc) added to the r-th
+ * real row of [b0, b1) at step t of dst [., B, n]. */
+void
+psm_pack_real_rows_add (const float *mask, int t, int B, int b0, int b1, const float *C, int ldc, int n,
+                        float *dst)
+{
+  for (int b = b0, r = 0; b < b1; b++) {
+    if (mask && mask[(size_t) t * B + b] == 0.0f)
+      continue;
+    float *d = dst + (size_t) b * n;
+    const float *c = C + (size_t) r++ * ldc;
+#pragma omp simd
+    for (int j = 0; j < n; j++)
+      d[j] += c[j];
+  }
+}
+
 /* Packs op(W) (K x n) into wp with the threads of the enclosing region. */
 void
 psm_pack_shared (int K, int n, const float *w, int ldw, gboolean tb, float *wp)
