@@ -128,6 +128,14 @@ f_lstm_packed (PsmGraph *g, void *ud)
   return psm_test_project (g, hc);
 }
 
+static PsmTensor *
+f_gru_packed (PsmGraph *g, void *ud)
+{
+  Case *c = ud;
+  psm_graph_const_range (g, c->x[2], n_of (c, 2));
+  return psm_test_project (g, psm_gru_cell (g, in (g, c, 0), in (g, c, 1), in (g, c, 2), in (g, c, 3), c->mask));
+}
+
 START_TEST (test_packed_weights)
 {
   PsmRng rng;
@@ -169,6 +177,28 @@ START_TEST (test_packed_weights)
   psm_graph_free (g2);
   check_all ("lstm_cell (packed W)", f_lstm_packed, &l, 4, 5e-3f);
   free_case (&l);
+
+  /* psm_gru_cell likewise (3H = 54), a padded row among B = 4, against the
+   * BLAS path element by element */
+  B = 4;
+  Case u = { 0 };
+  alloc_in (&u, 0, 2, B, 3 * H, 0, &rng, 1.0f);
+  alloc_in (&u, 1, 2, B, H, 0, &rng, 1.0f);
+  alloc_in (&u, 2, 2, H, 3 * H, 0, &rng, 0.5f);
+  alloc_in (&u, 3, 1, 3 * H, 0, 0, &rng, 0.5f);
+  u.mask[0] = u.mask[1] = u.mask[3] = 1.0f;
+  g = psm_graph_new ();
+  g2 = psm_graph_new ();
+  psm_graph_const_range (g, u.x[2], n_of (&u, 2));
+  a = psm_gru_cell (g, in (g, &u, 0), in (g, &u, 1), in (g, &u, 2), in (g, &u, 3), u.mask);
+  b = psm_gru_cell (g2, in (g2, &u, 0), in (g2, &u, 1), in (g2, &u, 2), in (g2, &u, 3), u.mask);
+  for (int i = 0; i < B * H; i++)
+    ck_assert_msg (fabsf (a->data[i] - b->data[i]) <= 1e-5f, "packed gru_cell [%d]: %g vs %g", i, a->data[i],
+                   b->data[i]);
+  psm_graph_free (g);
+  psm_graph_free (g2);
+  check_all ("gru_cell (packed W)", f_gru_packed, &u, 4, 5e-3f);
+  free_case (&u);
 }
 END_TEST
 

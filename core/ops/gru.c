@@ -88,16 +88,19 @@ gru_row_backward (int H, gboolean masked, const float *d, const float *hp, const
       dh[j] += d[j] * s[H + j];
 }
 
-/* Forward of one step for all rows through psm_gemm, on the real rows
- * only (mask [B] may be NULL); writes h' and the saved gates. G: scratch
- * [B, 3H]; hc: scratch [B, H] when there is a mask. */
+/* Forward of one step for all rows, on the real rows only (mask [B] may be
+ * NULL), through psm_gemm or on W packed (wp, or NULL); writes h' and the
+ * saved gates. G: scratch [B, 3H]; hc: scratch [B, H] when there is a
+ * mask. */
 static void
-gru_step_forward (int B, int H, const float *xp, const float *h, const float *w,
+gru_step_forward (int B, int H, const float *xp, const float *h, const float *w, const float *wp,
                   const float *bh, const float *mask, float *G, float *hc, float *hout, float *sv)
 {
   const float *hin;
   int R = psm_pack_real_rows (mask, 0, B, 0, B, h, H, hc, &hin);   /* G's row r: the r-th real row */
-  if (R)
+  if (R && wp)
+    psm_gemm_packed (R, 3 * H, H, hin, H, wp, NULL, FALSE, G, 3 * H);
+  else if (R)
     psm_gemm (FALSE, FALSE, R, 3 * H, H, 1.0f, hin, H, w, 3 * H, 0.0f, G, 3 * H);
   int *ix = psm_xmalloc ((size_t) MAX (B, 1) * sizeof (int), "GRU scratch");
   for (int b = 0, r = 0; b < B; b++)
@@ -225,13 +228,19 @@ psm_gru_cell (PsmGraph *g, PsmTensor *xp, PsmTensor *h, PsmTensor *w, PsmTensor 
   float *G = psm_xmalloc ((size_t) B * 3 * H * sizeof (float), "GRU scratch");
   float *hc = mask ? psm_xmalloc ((size_t) B * H * sizeof (float), "GRU scratch") : NULL;
   float *sv = psm_graph_alloc (g, (size_t) B * 4 * H * sizeof (float));
-  gru_step_forward (B, H, xp->data, h->data, w->data, bh->data, mask, G, hc, out->data, sv);
+  /* a parameter's W packed once a graph (as psm_lstm_cell): the steps of a
+   * sequence, or of a decoding, share it */
+  gboolean packed = PSM_PACK_FAST && B <= PSM_PACKED_MAX_ROWS && psm_graph_is_const (g, w->data);
+  gru_step_forward (B, H, xp->data, h->data, w->data, packed ? psm_graph_packed (g, w->data, H, 3 * H, FALSE) : NULL,
+                    bh->data, mask, G, hc, out->data, sv);
   free (hc);
   free (G);
   PsmNode *n = psm_graph_record (g, PSM_OP_GRU_CELL, out, 4, in);
   if (n) {
     n->saved = sv;
     n->aux[0] = psm_graph_dup (g, mask, B * sizeof (float));
+    if (packed && h->grad)   /* dh = dG W^T on W^T packed */
+      n->aux[1] = psm_graph_packed (g, w->data, 3 * H, H, TRUE);
   }
   return out;
 }
@@ -248,14 +257,15 @@ psm_gru_cell_backward (PsmNode *n)
   gru_step_backward (B, H, out->grad, h->data, n->saved, mask, dG, xp->grad, h->grad);
   /* the GEMMs on the real rows (a padded row's dG is 0) */
   int R = psm_pack_real_rows (mask, 0, B, 0, B, dG, 3 * H, dGc, &din);
-  if (h->grad && R == B)
-    psm_gemm (FALSE, TRUE, B, H, 3 * H, 1.0f, din, 3 * H, w->data, 3 * H, 1.0f, h->grad, H);
-  else if (h->grad && R) {
-    float *C = psm_xmalloc ((size_t) R * H * sizeof (float), "GRU gradients");
-    psm_gemm (FALSE, TRUE, R, H, 3 * H, 1.0f, din, 3 * H, w->data, 3 * H, 0.0f, C, H);
+  float *C = h->grad && R < B ? psm_xmalloc0 ((size_t) MAX (R, 1) * H * sizeof (float), "GRU gradients") : NULL;
+  float *dh = C ? C : h->grad;
+  if (h->grad && R && n->aux[1])
+    psm_gemm_packed (R, H, 3 * H, din, 3 * H, (const float *) n->aux[1], NULL, TRUE, dh, H);
+  else if (h->grad && R)
+    psm_gemm (FALSE, TRUE, R, H, 3 * H, 1.0f, din, 3 * H, w->data, 3 * H, 1.0f, dh, H);
+  if (C)
     psm_pack_real_rows_add (mask, 0, B, 0, B, C, H, H, h->grad);
-    free (C);
-  }
+  free (C);
   psm_pack_real_rows (mask, 0, B, 0, B, h->data, H, hc, &hin);
   if (w->grad && R)
     psm_gemm (TRUE, FALSE, H, 3 * H, R, 1.0f, hin, H, din, 3 * H, 1.0f, w->grad, 3 * H);
