@@ -380,6 +380,10 @@ int psm_pack_real_rows (const float *mask, int t, int B, int b0, int b1, const f
  * [b0, b1) at step t of dst [., B, n]. */
 void psm_pack_real_rows_add (const float *mask, int t, int B, int b0, int b1, const float *C, int ldc, int n,
                              float *dst);
+/* A cell's recurrent GEMMs backward on its real rows: dh += dG W^T (wpt:
+ * W^T packed, or NULL), dw += h^T dG; dG [B, N], W [H, N]. */
+void psm_cell_recurrent_backward (int B, int H, int N, const float *mask, const float *dG, const float *h,
+                                  const float *w, const float *wpt, float *dh, float *dw);
 
 /* malloc / calloc / 64-byte aligned (free with free()) that call
  * psm_out_of_memory instead of returning NULL (core/psm-mem.c). */

@@ -250,29 +250,12 @@ psm_gru_cell_backward (PsmNode *n)
 {
   PsmTensor *xp = n->in[0], *h = n->in[1], *w = n->in[2], *bh = n->in[3], *out = n->out;
   int B = psm_tensor_rows (h), H = psm_tensor_cols (h);
-  const float *mask = n->aux[0], *din, *hin;
+  const float *mask = n->aux[0];
   float *dG = psm_xmalloc ((size_t) B * 3 * H * sizeof (float), "GRU gradients");
-  float *dGc = mask ? psm_xmalloc ((size_t) B * 3 * H * sizeof (float), "GRU gradients") : NULL;
-  float *hc = mask ? psm_xmalloc ((size_t) B * H * sizeof (float), "GRU gradients") : NULL;
   gru_step_backward (B, H, out->grad, h->data, n->saved, mask, dG, xp->grad, h->grad);
-  /* the GEMMs on the real rows (a padded row's dG is 0) */
-  int R = psm_pack_real_rows (mask, 0, B, 0, B, dG, 3 * H, dGc, &din);
-  float *C = h->grad && R < B ? psm_xmalloc0 ((size_t) MAX (R, 1) * H * sizeof (float), "GRU gradients") : NULL;
-  float *dh = C ? C : h->grad;
-  if (h->grad && R && n->aux[1])
-    psm_gemm_packed (R, H, 3 * H, din, 3 * H, (const float *) n->aux[1], NULL, TRUE, dh, H);
-  else if (h->grad && R)
-    psm_gemm (FALSE, TRUE, R, H, 3 * H, 1.0f, din, 3 * H, w->data, 3 * H, 1.0f, dh, H);
-  if (C)
-    psm_pack_real_rows_add (mask, 0, B, 0, B, C, H, H, h->grad);
-  free (C);
-  psm_pack_real_rows (mask, 0, B, 0, B, h->data, H, hc, &hin);
-  if (w->grad && R)
-    psm_gemm (TRUE, FALSE, H, 3 * H, R, 1.0f, hin, H, din, 3 * H, 1.0f, w->grad, 3 * H);
-  if (bh->grad && R)
-    psm_colsum_add (R, 3 * H, din, bh->grad);
-  free (hc);
-  free (dGc);
+  psm_cell_recurrent_backward (B, H, 3 * H, mask, dG, h->data, w->data, n->aux[1], h->grad, w->grad);
+  if (bh->grad)
+    psm_colsum_add (B, 3 * H, dG, bh->grad);
   free (dG);
 }
 

@@ -114,26 +114,7 @@ psm_lstm_cell_backward (PsmNode *n)
   if (xp->grad)
     for (size_t i = 0; i < (size_t) B * 4 * H; i++)
       xp->grad[i] += dG[i];
-  /* the GEMMs on the real rows (a padded row's dG is 0); dh through a
-   * compact C when rows were left out */
-  float *dGc = mask ? psm_xmalloc ((size_t) B * 4 * H * sizeof (float), "LSTM gradients") : NULL;
-  float *hc = mask ? psm_xmalloc ((size_t) B * H * sizeof (float), "LSTM gradients") : NULL;
-  const float *din, *hin;
-  int R = psm_pack_real_rows (mask, 0, B, 0, B, dG, 4 * H, dGc, &din);
-  float *C = h->grad && R < B ? psm_xmalloc0 ((size_t) MAX (R, 1) * H * sizeof (float), "LSTM gradients") : NULL;
-  float *dh = C ? C : h->grad;
-  if (h->grad && R && n->aux[1])
-    psm_gemm_packed (R, H, 4 * H, din, 4 * H, (const float *) n->aux[1], NULL, TRUE, dh, H);
-  else if (h->grad && R)
-    psm_gemm (FALSE, TRUE, R, H, 4 * H, 1.0f, din, 4 * H, w->data, 4 * H, 1.0f, dh, H);
-  if (C)
-    psm_pack_real_rows_add (mask, 0, B, 0, B, C, H, H, h->grad);
-  psm_pack_real_rows (mask, 0, B, 0, B, h->data, H, hc, &hin);
-  if (w->grad && R)
-    psm_gemm (TRUE, FALSE, H, 4 * H, R, 1.0f, hin, H, din, 4 * H, 1.0f, w->grad, 4 * H);
-  free (C);
-  free (hc);
-  free (dGc);
+  psm_cell_recurrent_backward (B, H, 4 * H, mask, dG, h->data, w->data, n->aux[1], h->grad, w->grad);
   free (dG);
 }
 

@@ -227,6 +227,35 @@ psm_pack_real_rows_add (const float *mask, int t, int B, int b0, int b1, const f
   }
 }
 
+/* The recurrent GEMMs of a cell's backward pass (gru.c, lstm.c) on the
+ * rows real under mask [B] (NULL: all; a padded row's dG is 0): dh += dG
+ * W^T (on W^T packed when wpt is given) and dw += h^T dG, for dG [B, N]
+ * and W [H, N]; dh and dw may be NULL. */
+void
+psm_cell_recurrent_backward (int B, int H, int N, const float *mask, const float *dG, const float *h,
+                             const float *w, const float *wpt, float *dh, float *dw)
+{
+  float *dGc = mask ? psm_xmalloc ((size_t) B * N * sizeof (float), "cell gradients") : NULL;
+  float *hc = mask ? psm_xmalloc ((size_t) B * H * sizeof (float), "cell gradients") : NULL;
+  const float *din, *hin;
+  int R = psm_pack_real_rows (mask, 0, B, 0, B, dG, N, dGc, &din);
+  /* dh through a compact C when rows were left out */
+  float *C = dh && R < B ? psm_xmalloc0 ((size_t) MAX (R, 1) * H * sizeof (float), "cell gradients") : NULL;
+  float *d = C ? C : dh;
+  if (dh && R && wpt)
+    psm_gemm_packed (R, H, N, din, N, wpt, NULL, TRUE, d, H);
+  else if (dh && R)
+    psm_gemm (FALSE, TRUE, R, H, N, 1.0f, din, N, w, N, 1.0f, d, H);
+  if (C)
+    psm_pack_real_rows_add (mask, 0, B, 0, B, C, H, H, dh);
+  psm_pack_real_rows (mask, 0, B, 0, B, h, H, hc, &hin);
+  if (dw && R)
+    psm_gemm (TRUE, FALSE, H, N, R, 1.0f, hin, H, din, N, 1.0f, dw, N);
+  free (C);
+  free (hc);
+  free (dGc);
+}
+
 /* Packs op(W) (K x n) into wp with the threads of the enclosing region. */
 void
 psm_pack_shared (int K, int n, const float *w, int ldw, gboolean tb, float *wp)
