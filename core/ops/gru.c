@@ -173,9 +173,7 @@ gru_seq_forward_rows (int T, int B, int H, int b0, int b1, gboolean rev, const f
       size_t row = (size_t) t * B + b;
       float *s = keep ? sv + row * 4 * H : sv, *ho = out + row * H;
       if (mask && mask[row] == 0.0f) {
-        memcpy (ho, hp + (size_t) b * H, H * sizeof (float));
-        if (keep)
-          memset (s, 0, 4 * H * sizeof (float));
+        gru_row_carry (H, hp + (size_t) b * H, s, ho);
         continue;
       }
       gru_row_forward (H, xp + row * ldx, G + (size_t) r++ * ldg, bh, hp + (size_t) b * H, s, ho);
