@@ -10,7 +10,8 @@
  * initial values (the speed does not depend on them). Prints words/s,
  * GEMM GFLOP/s and their share of this machine's sgemm 2048^3 (GEMM FLOPs
  * as executed: in evaluation the first layer projects each distinct word
- * of a segment once, psm-ops.h). */
+ * of a segment once, psm-ops.h; in training the products after a locked
+ * dropout skip the dropped units, core/ops/matmul.c). */
 #include "config.h"
 #include <omp.h>
 #include <stdio.h>
@@ -86,6 +87,7 @@ main (int argc, char **argv)
       if (steps == warm) {
         t0 = g_get_monotonic_time ();
         words = skipped = 0;
+        psm_dropout_flops_skipped = 0;
       }
       if (steps > warm + 1 && g_get_monotonic_time () - t0 >= secs * 1e6)
         break;
@@ -107,8 +109,11 @@ main (int argc, char **argv)
     printf ("psm train %s, head %s, %dx%d, V=%d: %.1f ms/step, %.0f words/s, loss %.3f, peak RSS %.0f MB "
             "(%ld timed steps, %d threads)\n", cfg, head, L, H, info.tgt_vocab, 1e3 * dt / (steps - warm), wps, lv,
             peak_rss_mb (), steps - warm, omp_get_max_threads ());
+    skipped += psm_dropout_flops_skipped;
     double gfs = (3 * fw * words - skipped) / dt / 1e9;
-    printf ("psm train: %.1f GEMM GFLOP/s = %.1f %% of sgemm 2048^3 (%.1f GFLOP/s)\n", gfs, 100 * gfs / peak, peak);
+    printf ("psm train: %.1f GEMM GFLOP/s = %.1f %% of sgemm 2048^3 (%.1f GFLOP/s); %.1f %% of the model's GEMM "
+            "FLOPs executed (the rest: units dropped)\n", gfs, 100 * gfs / peak, peak,
+            100 * (1 - psm_dropout_flops_skipped / (3 * fw * words)));
     psm_optim_free (o);
   } else {
     PsmEvalOptions eo = { 0, TRUE, NULL, NULL, NULL, FALSE };

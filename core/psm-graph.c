@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
+#include <omp.h>
 #include "psm-private.h"
 
 /* ---------- arena ---------- */
@@ -128,6 +129,10 @@ struct PsmGraph {
   PsmTensor *lk_table[4];
   const int32_t *lk_ids[4];
   int lk_n[4], n_lk;
+  /* the last locked dropouts (psm_graph_note_dropout), until the next reset */
+  const float *dr_rows[4], *dr_mask[4];
+  size_t dr_n[4], dr_period[4];
+  int n_dr;
 };
 
 const char *const psm_phase_names[PSM_PHASE_COUNT] = { "other", "encoder", "decoder", "head" };
@@ -226,27 +231,31 @@ psm_graph_free (PsmGraph *g)
   g_free (g);
 }
 
+typedef struct {
+  const float *w;
+  int K, n;
+  gboolean tb, valid;
+  float *data;
+} Packed;
+
 void
 psm_graph_reset (PsmGraph *g)
 {
   psm_arena_reset (g->arena);
   g->n_nodes = 0;
   g->n_lk = 0;
+  g->n_dr = 0;
   psm_graph_phase (g, PSM_PHASE_OTHER);
   if (g->deferred)
     g_ptr_array_set_size (g->deferred, 0);
   if (g->bmajor)
     g_ptr_array_set_size (g->bmajor, 0);
-  if (!g->keep_packed)
-    psm_graph_clear_packed (g);
+  /* stale until asked for again, when they are packed anew into the same
+   * memory (a fresh buffer a step cost page faults: a tenth of the PTB
+   * model's softmax layer, BENCHMARKS.md d) */
+  for (guint i = 0; !g->keep_packed && g->packed && i < g->packed->len; i++)
+    g_array_index (g->packed, Packed, i).valid = FALSE;
 }
-
-typedef struct {
-  const float *w;
-  int K, n;
-  gboolean tb;
-  float *data;
-} Packed;
 
 void
 psm_graph_const_range (PsmGraph *g, const float *data, size_t n)
@@ -274,15 +283,32 @@ psm_graph_packed (PsmGraph *g, const float *w, int K, int n, gboolean tb)
 {
   if (!g->packed)
     g->packed = g_array_new (FALSE, FALSE, sizeof (Packed));
-  for (guint i = 0; i < g->packed->len; i++) {
-    Packed *pk = &g_array_index (g->packed, Packed, i);
-    if (pk->w == w && pk->K == K && pk->n == n && pk->tb == tb)
-      return pk->data;
+  Packed *pk = NULL;
+  for (guint i = 0; i < g->packed->len && !pk; i++) {
+    Packed *e = &g_array_index (g->packed, Packed, i);
+    if (e->w == w && e->K == K && e->n == n && e->tb == tb)
+      pk = e;
   }
-  Packed pk = { w, K, n, tb, psm_xaligned (psm_packed_floats (K, n) * sizeof (float), "packed weights") };
-  psm_pack (K, n, w, tb ? K : n, tb, pk.data);
-  g_array_append_val (g->packed, pk);
-  return pk.data;
+  if (pk && pk->valid)
+    return pk->data;
+  if (!pk) {
+    Packed e = { w, K, n, tb, FALSE, psm_xaligned (psm_packed_floats (K, n) * sizeof (float), "packed weights") };
+    g_array_append_val (g->packed, e);
+    pk = &g_array_index (g->packed, Packed, g->packed->len - 1);
+  }
+  /* large ones over the threads, panels apart */
+  int panels = psm_pack_panels (n), ldw = tb ? K : n;
+  float *out = pk->data;
+#pragma omp parallel if ((long) K * n >= (1L << 20) && !omp_in_parallel ())
+  {
+    int id = omp_get_thread_num (), team = omp_get_num_threads ();
+    int p0 = panels * id / team, p1 = panels * (id + 1) / team;
+    int c0 = p0 * PSM_PACK_NR, c1 = MIN (n, p1 * PSM_PACK_NR);
+    if (c1 > c0)
+      psm_pack (K, c1 - c0, tb ? w + (size_t) c0 * ldw : w + c0, ldw, tb, out + (size_t) p0 * K * PSM_PACK_NR);
+  }
+  pk->valid = TRUE;
+  return pk->data;
 }
 
 void
@@ -344,6 +370,27 @@ psm_graph_lookup_of (PsmGraph *g, const float *rows, int n, const int32_t **ids)
     if (g->lk_rows[i] == rows && g->lk_n[i] == n) {
       *ids = g->lk_ids[i];
       return g->lk_table[i];
+    }
+  return NULL;
+}
+
+void
+psm_graph_note_dropout (PsmGraph *g, const float *rows, size_t n, const float *mask, size_t period)
+{
+  int i = g->n_dr++ % (int) G_N_ELEMENTS (g->dr_rows);   /* the oldest goes */
+  g->dr_rows[i] = rows;
+  g->dr_n[i] = n;
+  g->dr_mask[i] = mask;
+  g->dr_period[i] = period;
+}
+
+const float *
+psm_graph_dropout_of (PsmGraph *g, const float *rows, size_t n, size_t *period)
+{
+  for (int i = 0; i < MIN (g->n_dr, (int) G_N_ELEMENTS (g->dr_rows)); i++)
+    if (g->dr_rows[i] == rows && g->dr_n[i] == n) {
+      *period = g->dr_period[i];
+      return g->dr_mask[i];
     }
   return NULL;
 }

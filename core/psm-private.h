@@ -55,6 +55,7 @@ typedef enum {
   PSM_OP_DOT_SCORES,
   PSM_OP_BATCH_MAJOR,
   PSM_OP_EMBEDDING_LINEAR,
+  PSM_OP_DROPOUT_LINEAR,
   PSM_OP_SCATTER_ROWS,
   PSM_OP_COUNT
 } PsmOpKind;
@@ -203,7 +204,9 @@ gboolean psm_graph_batch_major_on (const PsmGraph *g);
  * per weight until the next reset: the parameters do not change between a
  * reset and the end of the backward pass. With keep set (the decoding
  * graph) the packed copies outlive resets until psm_graph_clear_packed,
- * which decoding calls when it starts. */
+ * which decoding calls when it starts. Without keep a reset marks them
+ * stale: the next request for the same op(W) packs it again into the same
+ * memory (its pages already mapped) over the threads. */
 void psm_graph_const_range (PsmGraph *g, const float *data, size_t n);
 gboolean psm_graph_is_const (PsmGraph *g, const float *data);
 const float *psm_graph_packed (PsmGraph *g, const float *w, int K, int n, gboolean tb);
@@ -238,6 +241,18 @@ void psm_graph_clear_repeats (PsmGraph *g);
 #define PSM_PROJECT_DISTINCT(u, R) ((R) > PSM_PACKED_MAX_ROWS && (long) (u) * 4 <= (long) (R) * 3)
 void psm_graph_note_lookup (PsmGraph *g, const float *rows, PsmTensor *table, const int32_t *ids, int n);
 PsmTensor *psm_graph_lookup_of (PsmGraph *g, const float *rows, int n, const int32_t **ids);
+/* Locked dropouts likewise: psm_locked_dropout notes that its output (n
+ * floats at rows) is its input times mask [period], repeated every period
+ * floats; psm_linear, given it as x, skips the dropped units in its
+ * products (dropout_linear, core/ops/matmul.c; off when
+ * psm_dropout_linear is unset, as tests do to compare). The last four are
+ * kept until the next reset. */
+void psm_graph_note_dropout (PsmGraph *g, const float *rows, size_t n, const float *mask, size_t period);
+const float *psm_graph_dropout_of (PsmGraph *g, const float *rows, size_t n, size_t *period);
+extern gboolean psm_dropout_linear;
+/* The GEMM FLOPs those products left out (forward and backward), added up
+ * for bench-lm's count of the FLOPs executed. */
+extern double psm_dropout_flops_skipped;
 
 /* Record a node when gradients flow to any input; returns NULL otherwise. */
 PsmNode *psm_graph_record (PsmGraph *g, PsmOpKind op, PsmTensor *out, int n_in, PsmTensor *const *in);
@@ -256,6 +271,7 @@ PSM_DECLARE_BACKWARD (window_scores);
 PSM_DECLARE_BACKWARD (sentinel_nll);
 PSM_DECLARE_BACKWARD (linear);
 PSM_DECLARE_BACKWARD (embedding_linear);
+PSM_DECLARE_BACKWARD (dropout_linear);
 PSM_DECLARE_BACKWARD (add);
 PSM_DECLARE_BACKWARD (mul);
 PSM_DECLARE_BACKWARD (scale);
@@ -365,6 +381,14 @@ void psm_packed_gemm (int M, int K, int n, const float *A, int lda, const float 
  * none), or C += A op(B) with acc. */
 void psm_packed_gemm_store (int M, int K, int n, const float *A, int lda, const float *Bp, float *C, int ldc,
                             const float *bias, gboolean acc);
+/* The general form, on one thread: row i < M of C is cr[i] and of A ar[i]
+ * (K floats); the k-th float of a row of A meets row kidx[k] of the
+ * packing (NULL: row k), so a product can skip the rows that only meet
+ * zeros. Panels [p0, p1) of columns, panel p at Bp + (p - p0) pstride;
+ * stores columns [p PSM_PACK_NR, min (n, (p + 1) PSM_PACK_NR)) of each
+ * row of C: A op(B) + bias (bias [n] or NULL), or C += A op(B) with acc. */
+void psm_packed_gemm_rows (int M, int K, int n, int p0, int p1, const float *const *ar, const int32_t *kidx,
+                           const float *Bp, size_t pstride, float *const *cr, const float *bias, gboolean acc);
 /* Whole-sequence recurrences on packed weights (gru.c, lstm.c): the threads
  * to use for B independent rows, the rows [*b0, *b1) of thread id, and
  * op(W) (K x n) packed into wp by the threads of the enclosing region (with

@@ -1251,6 +1251,92 @@ START_TEST (test_dropout)
 }
 END_TEST
 
+/* psm_linear of a locked dropout's output (dropout_linear, matmul.c): the
+ * products skip the dropped units of each class of rows. Against the dense
+ * product (psm_dropout_linear unset): the output, and the gradients of the
+ * dropout's input, W and b after the dropout's own backward; finite
+ * differences on the skipping path. Case 0 is psm_locked_dropout itself
+ * (p 0.5); case 1 a mask made here (x times it, noted as a dropout) with a
+ * class that drops every unit and one that drops one. T 24 x B 3 = 72 rows
+ * (above PSM_PACKED_MAX_ROWS), K 37 and N 70 no multiples of a panel. */
+enum { DL_T = 24, DL_B = 3, DL_K = 37, DL_N = 70 };
+static float dl_mask[DL_B * DL_K], dl_full[DL_T * DL_B * DL_K];
+static PsmTensor *dl_y;   /* the linear's output */
+
+static PsmTensor *
+f_droplin (PsmGraph *g, void *ud)
+{
+  Case *c = ud;
+  psm_graph_const_range (g, c->x[1], n_of (c, 1));
+  PsmTensor *x = in (g, c, 0), *xd;
+  if (c->which == 0) {
+    PsmRng r = drop_rng;
+    psm_graph_set_rng (g, &r);
+    xd = psm_locked_dropout (g, x, 0.5f);
+    psm_graph_set_rng (g, NULL);
+  } else {
+    int sh[3] = { DL_T, DL_B, DL_K };
+    xd = psm_mul (g, x, psm_tensor_wrap (g, dl_full, NULL, 3, sh));
+    psm_graph_note_dropout (g, xd->data, xd->n, dl_mask, DL_B * DL_K);
+  }
+  dl_y = psm_linear (g, xd, in (g, c, 1), in (g, c, 2));
+  return psm_test_project (g, dl_y);
+}
+
+START_TEST (test_dropout_linear)
+{
+  if (!PSM_PACK_FAST)
+    return;   /* a build without the packed kernel keeps the dense product */
+  PsmRng rng;
+  psm_rng_seed (&rng, 61);
+  psm_rng_seed (&drop_rng, 62);
+  for (int j = 0; j < DL_B * DL_K; j++)
+    dl_mask[j] = j < DL_K ? 0.0f : j < 2 * DL_K ? (j % 3 ? 2.0f : 0.0f) : (j == 2 * DL_K + 5 ? 0.0f : 2.0f);
+  for (int i = 0; i < DL_T * DL_B * DL_K; i++)
+    dl_full[i] = dl_mask[i % (DL_B * DL_K)];
+  for (int which = 0; which < 2; which++) {
+    Case c = { 0 };
+    c.which = which;
+    alloc_in (&c, 0, 3, DL_T, DL_B, DL_K, &rng, 1.0f);
+    alloc_in (&c, 1, 2, DL_K, DL_N, 0, &rng, 1.0f);
+    alloc_in (&c, 2, 1, DL_N, 0, 0, &rng, 1.0f);
+    float *y[2], *gr[2][3];
+    for (int dense = 0; dense < 2; dense++) {
+      psm_dropout_linear = !dense;
+      PsmProfile prof = { 0 };
+      PsmGraph *g = psm_graph_new ();
+      psm_graph_set_profile (g, &prof);
+      for (int k = 0; k < 3; k++)
+        memset (c.gx[k], 0, n_of (&c, k) * sizeof (float));
+      PsmTensor *loss = f_droplin (g, &c);
+      y[dense] = g_memdup2 (dl_y->data, dl_y->n * sizeof (float));
+      psm_backward (g, loss);
+      /* which path ran */
+      ck_assert_msg ((prof.bwd[PSM_PHASE_OTHER][PSM_OP_DROPOUT_LINEAR] > 0) == !dense,
+                     "dropout_linear case %d dense %d: path", which, dense);
+      for (int k = 0; k < 3; k++)
+        gr[dense][k] = g_memdup2 (c.gx[k], n_of (&c, k) * sizeof (float));
+      psm_graph_free (g);
+    }
+    psm_dropout_linear = TRUE;
+    for (int i = 0; i < DL_T * DL_B * DL_N; i++)
+      ck_assert_msg (fabsf (y[0][i] - y[1][i]) <= 1e-5f * (1 + fabsf (y[1][i])), "dropout_linear case %d y[%d]: %g vs %g",
+                     which, i, y[0][i], y[1][i]);
+    for (int k = 0; k < 3; k++)
+      for (size_t i = 0; i < n_of (&c, k); i++)
+        ck_assert_msg (fabsf (gr[0][k][i] - gr[1][k][i]) <= 1e-4f * (1 + fabsf (gr[1][k][i])),
+                       "dropout_linear case %d input %d [%zu]: %g vs %g", which, k, i, gr[0][k][i], gr[1][k][i]);
+    for (int dense = 0; dense < 2; dense++) {
+      g_free (y[dense]);
+      for (int k = 0; k < 3; k++)
+        g_free (gr[dense][k]);
+    }
+    check_all (which ? "dropout_linear (mask made here)" : "dropout_linear", f_droplin, &c, 3, 1e-2f);
+    free_case (&c);
+  }
+}
+END_TEST
+
 /* psm_logsumexp, masked and not: the value against a direct sum, a row with
  * nothing kept, and the gradient (ABI 1.8). */
 static float lse_mask[3 * 5];
@@ -1912,6 +1998,7 @@ main (int argc, char **argv)
   tcase_add_test (tc, test_linear);
   tcase_add_test (tc, test_embedding_linear);
   tcase_add_test (tc, test_packed_weights);
+  tcase_add_test (tc, test_dropout_linear);
   tcase_add_test (tc, test_unary);
   tcase_add_test (tc, test_binary);
   tcase_add_test (tc, test_losses);

@@ -39,6 +39,7 @@ psm_locked_dropout (PsmGraph *g, PsmTensor *x, float p)
   for (size_t o = 0; o < x->n; o += period)
     for (size_t i = 0; i < period; i++)
       y->data[o + i] = x->data[o + i] * m[i];
+  psm_graph_note_dropout (g, y->data, y->n, m, period);   /* for psm_linear of y */
   PsmNode *n = psm_graph_record (g, PSM_OP_LOCKED_DROPOUT, y, 1, in);
   if (n)
     n->aux[0] = m;

@@ -15,6 +15,7 @@
  * there). */
 #include "config.h"
 #include <string.h>
+#include <stdlib.h>
 #include <omp.h>
 #include "psm-private.h"
 
@@ -65,18 +66,25 @@ typedef struct {
 } Store;
 
 /* mr (<= MR) rows of A against one panel (two vectors wide); stores
- * mr x st->nc of C. A compile-time mr keeps the accumulators in
- * registers. */
+ * mr x st->nc of C. Row i of A is ar[i] (its K floats in k order) and of
+ * C cr[i]; the panel's row for k is kidx[k] (NULL: k), so a product can
+ * skip rows of B that only meet zeros (psm_packed_gemm_rows). A
+ * compile-time mr keeps the accumulators in registers. */
 static inline __attribute__ ((always_inline)) void
-kernel (const int mr, int K, const float *A, int lda, const float *Bp, float *C, int ldc, const Store *st)
+kernel_rows (const int mr, int K, const float *const *ar, const int32_t *kidx, const float *Bp, float *const *cr,
+             const Store *st)
 {
   vf c0[MR], c1[MR];
+  const float *a[MR];
 #pragma GCC unroll 8
-  for (int i = 0; i < mr; i++)
+  for (int i = 0; i < mr; i++) {
     c0[i] = c1[i] = (vf) { 0 };
+    a[i] = ar[i];
+  }
   for (int k = 0; k < K; k++) {
-    vf b0 = *(const vf *) (Bp + (size_t) k * PSM_PACK_NR);
-    vf b1 = *(const vf *) (Bp + (size_t) k * PSM_PACK_NR + PSM_PACK_VL);
+    const float *bk = Bp + (size_t) (kidx ? kidx[k] : k) * PSM_PACK_NR;
+    vf b0 = *(const vf *) bk;
+    vf b1 = *(const vf *) (bk + PSM_PACK_VL);
     /* in registers: left to itself GCC gives the 4-row block (AVX2) FMAs
      * with B as a memory operand, 2 vector loads per FMA, and it ran a
      * third slower than the 5-row block ("v": x86's vector registers) */
@@ -85,9 +93,9 @@ kernel (const int mr, int K, const float *A, int lda, const float *Bp, float *C,
 #endif
 #pragma GCC unroll 8
     for (int i = 0; i < mr; i++) {
-      float a = A[(size_t) i * lda + k];
-      c0[i] += a * b0;
-      c1[i] += a * b1;
+      float x = a[i][k];
+      c0[i] += x * b0;
+      c1[i] += x * b1;
     }
   }
   if (st->nc == PSM_PACK_NR) {
@@ -98,7 +106,7 @@ kernel (const int mr, int K, const float *A, int lda, const float *Bp, float *C,
     }
 #pragma GCC unroll 8
     for (int i = 0; i < mr; i++) {
-      vf *d0 = (vf *) (C + (size_t) i * ldc), *d1 = (vf *) (C + (size_t) i * ldc + PSM_PACK_VL);
+      vf *d0 = (vf *) cr[i], *d1 = (vf *) (cr[i] + PSM_PACK_VL);
       if (st->acc) {
         *d0 += c0[i];
         *d1 += c1[i];
@@ -113,12 +121,40 @@ kernel (const int mr, int K, const float *A, int lda, const float *Bp, float *C,
     return;
   }
   for (int i = 0; i < mr; i++) {   /* the last, partial panel */
-    float row[PSM_PACK_NR], *d = C + (size_t) i * ldc;
+    float row[PSM_PACK_NR], *d = cr[i];
     memcpy (row, &c0[i], sizeof c0[i]);
     memcpy (row + PSM_PACK_VL, &c1[i], sizeof c1[i]);
     for (int j = 0; j < st->nc; j++)
       d[j] = st->acc ? d[j] + row[j] : st->bias ? row[j] + st->bias[j] : row[j];
   }
+}
+
+/* A block of r rows, r known at run time: the kernel compiled for it. */
+static inline __attribute__ ((always_inline)) void
+kernel_block (int r, int K, const float *const *ar, const int32_t *kidx, const float *Bp, float *const *cr,
+              const Store *st)
+{
+  switch (r) {
+#define BLOCK(rows) case rows: kernel_rows (rows, K, ar, kidx, Bp, cr, st); break;
+    BLOCK (1) BLOCK (2) BLOCK (3) BLOCK (4) BLOCK (5) BLOCK (6)
+#if MR == 8
+    BLOCK (7) BLOCK (8)
+#endif
+#undef BLOCK
+  default:
+    g_assert_not_reached ();
+  }
+}
+
+/* Rows in the next block of a product of M rows with i done: MR, but no
+ * last block of fewer than 4 after one: its 2 mr chains of FMAs could not
+ * cover the FMA latency, so e.g. 8 rows run as 4 + 4, not 6 + 2 (AVX2: 15 %
+ * faster). */
+static inline int
+block_rows (int M, int i)
+{
+  int left = M - i;
+  return left <= MR ? left : left - MR < 4 ? (left + 1) / 2 : MR;
 }
 
 /* M rows of A against the panels holding columns [0, n), stored as st says
@@ -134,22 +170,14 @@ packed_gemm (int M, int K, int n, const float *A, int lda, const float *Bp, floa
     st.nc = pad ? PSM_PACK_NR : MIN (PSM_PACK_NR, n - p * PSM_PACK_NR);
     st.bias = bias ? bias + p * PSM_PACK_NR : NULL;
     for (int i = 0; i < M;) {
-      /* blocks of MR rows, but no last block of fewer than 4 after one:
-       * its 2 mr chains of FMAs could not cover the FMA latency, so e.g. 8
-       * rows run as 4 + 4, not 6 + 2 (AVX2: 15 % faster) */
-      int left = M - i, r = left <= MR ? left : left - MR < 4 ? (left + 1) / 2 : MR;
-      const float *a = A + (size_t) i * lda;
-      float *c = cp + (size_t) i * ldc;
-      switch (r) {
-#define BLOCK(rows) case rows: kernel (rows, K, a, lda, bp, c, ldc, &st); break;
-        BLOCK (1) BLOCK (2) BLOCK (3) BLOCK (4) BLOCK (5) BLOCK (6)
-#if MR == 8
-        BLOCK (7) BLOCK (8)
-#endif
-#undef BLOCK
-      default:
-        g_assert_not_reached ();
+      int r = block_rows (M, i);
+      const float *a[MR];
+      float *c[MR];
+      for (int j = 0; j < r; j++) {
+        a[j] = A + (size_t) (i + j) * lda;
+        c[j] = cp + (size_t) (i + j) * ldc;
       }
+      kernel_block (r, K, a, NULL, bp, c, &st);
       i += r;
     }
   }
@@ -166,6 +194,45 @@ psm_packed_gemm_store (int M, int K, int n, const float *A, int lda, const float
                        const float *bias, gboolean acc)
 {
   packed_gemm (M, K, n, A, lda, Bp, C, ldc, (Store) { PSM_PACK_NR, bias, acc }, FALSE);
+}
+
+void
+psm_packed_gemm_rows (int M, int K, int n, int p0, int p1, const float *const *ar, const int32_t *kidx,
+                      const float *Bp, size_t pstride, float *const *cr, const float *bias, gboolean acc)
+{
+  /* Rows read by index: a panel's rows are first copied together (the
+   * blocks then run the plain kernel on K contiguous rows, in L1: read in
+   * place, the rows between them came in too and a block of 6 ran about a
+   * fifth slower), the next panel's prefetched meanwhile. */
+  float *rows = kidx && M > MR ? psm_xaligned (MAX ((size_t) K, 1) * PSM_PACK_NR * sizeof (float), "packed rows")
+                               : NULL;
+  for (int p = p0; p < p1; p++) {
+    const float *bp = Bp + (size_t) (p - p0) * pstride;
+    const int32_t *kx = kidx;
+    if (rows) {
+      const float *next = p + 1 < p1 ? bp + pstride : NULL;
+      for (int k = 0; k < K; k++) {
+        size_t kr = (size_t) kidx[k] * PSM_PACK_NR;
+        if (next)
+          for (int j = 0; j < PSM_PACK_NR; j += 16)
+            __builtin_prefetch (next + kr + j);
+        *(vf *) (rows + (size_t) k * PSM_PACK_NR) = *(const vf *) (bp + kr);
+        *(vf *) (rows + (size_t) k * PSM_PACK_NR + PSM_PACK_VL) = *(const vf *) (bp + kr + PSM_PACK_VL);
+      }
+      bp = rows;
+      kx = NULL;
+    }
+    Store st = { MIN (PSM_PACK_NR, n - p * PSM_PACK_NR), bias ? bias + p * PSM_PACK_NR : NULL, acc };
+    for (int i = 0; i < M;) {
+      int r = block_rows (M, i);
+      float *c[MR];
+      for (int j = 0; j < r; j++)
+        c[j] = cr[i + j] + p * PSM_PACK_NR;
+      kernel_block (r, K, ar + i, kx, bp, c, &st);
+      i += r;
+    }
+  }
+  free (rows);
 }
 
 /* ---- helpers of the whole-sequence recurrences (gru.c, lstm.c) ---- */
