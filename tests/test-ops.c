@@ -158,6 +158,24 @@ START_TEST (test_packed_weights)
     psm_graph_free (g);
     psm_graph_free (g2);
   }
+  /* a reset keeps the packed copy's memory but not its values: W changed
+   * after the reset (an update) is packed again */
+  {
+    PsmGraph *g = psm_graph_new (), *g2 = psm_graph_new ();
+    psm_graph_const_range (g, c.x[1], n_of (&c, 1));
+    psm_linear (g, in (g, &c, 0), in (g, &c, 1), in (g, &c, 2));
+    psm_graph_reset (g);
+    psm_graph_const_range (g, c.x[1], n_of (&c, 1));
+    for (size_t i = 0; i < n_of (&c, 1); i++)
+      c.x[1][i] = -0.5f * c.x[1][i] + 0.25f;
+    PsmTensor *y = psm_linear (g, in (g, &c, 0), in (g, &c, 1), in (g, &c, 2));
+    PsmTensor *y2 = psm_linear (g2, in (g2, &c, 0), in (g2, &c, 1), in (g2, &c, 2));
+    for (int i = 0; i < 5 * 70; i++)
+      ck_assert_msg (fabsf (y->data[i] - y2->data[i]) <= 1e-4f * (1 + fabsf (y2->data[i])),
+                     "packed linear after a reset and an update [%d]: %g vs %g", i, y->data[i], y2->data[i]);
+    psm_graph_free (g);
+    psm_graph_free (g2);
+  }
   check_all ("linear (packed W)", f_linear, &c, 3, 1e-2f);
   free_case (&c);
 

@@ -237,7 +237,7 @@ psm_embedding_linear_backward (PsmNode *n)
 /* ---- y = x W + b for x the output of a locked dropout ----
  * Each class of rows (one stream or example, every Bm-th row) has its
  * dropped units at exact zeros; its products run on the kept units only:
- * with dropout p about a fraction p of the FLOPs of all three products
+ * with dropout p, about a fraction p of each of the three products' FLOPs
  * goes (the PTB model's softmax layer and input projections, p 0.5:
  * BENCHMARKS.md d). All three run on psm's packed kernel
  * (psm_packed_gemm_rows), which reads a row of the packed W by index:
@@ -268,7 +268,7 @@ typedef struct {
   size_t total;    /* kept units over the classes */
 } DropLin;
 
-/* The units class b keeps, and whether the products are worth splitting. */
+/* The units each class keeps (kept, nk) and where its gathered rows go (off). */
 static DropLin *
 droplin_new (PsmGraph *g, const float *m, int Bm, int K, int T)
 {
