@@ -297,16 +297,9 @@ psm_graph_packed (PsmGraph *g, const float *w, int K, int n, gboolean tb)
     pk = &g_array_index (g->packed, Packed, g->packed->len - 1);
   }
   /* large ones over the threads, panels apart */
-  int panels = psm_pack_panels (n), ldw = tb ? K : n;
   float *out = pk->data;
 #pragma omp parallel if ((long) K * n >= (1L << 20) && !omp_in_parallel ())
-  {
-    int id = omp_get_thread_num (), team = omp_get_num_threads ();
-    int p0 = panels * id / team, p1 = panels * (id + 1) / team;
-    int c0 = p0 * PSM_PACK_NR, c1 = MIN (n, p1 * PSM_PACK_NR);
-    if (c1 > c0)
-      psm_pack (K, c1 - c0, tb ? w + (size_t) c0 * ldw : w + c0, ldw, tb, out + (size_t) p0 * K * PSM_PACK_NR);
-  }
+  psm_pack_shared (K, n, w, tb ? K : n, tb, out);
   pk->valid = TRUE;
   return pk->data;
 }
