@@ -253,7 +253,14 @@ psm_graph_reset (PsmGraph *g)
   /* stale until asked for again, when they are packed anew into the same
    * memory (a fresh buffer a step cost page faults: a tenth of the PTB
    * model's softmax layer, BENCHMARKS.md d) */
-  for (guint i = 0; !g->keep_packed && g->packed && i < g->packed->len; i++)
+  if (!g->keep_packed)
+    psm_graph_stale_packed (g);
+}
+
+void
+psm_graph_stale_packed (PsmGraph *g)
+{
+  for (guint i = 0; g->packed && i < g->packed->len; i++)
     g_array_index (g->packed, Packed, i).valid = FALSE;
 }
 
@@ -302,6 +309,12 @@ psm_graph_packed (PsmGraph *g, const float *w, int K, int n, gboolean tb)
   psm_pack_shared (K, n, w, tb ? K : n, tb, out);
   pk->valid = TRUE;
   return pk->data;
+}
+
+const float *
+psm_graph_packed_param (PsmGraph *g, const PsmTensor *w, int K, int n, gboolean tb)
+{
+  return PSM_PACK_FAST && psm_graph_is_const (g, w->data) ? psm_graph_packed (g, w->data, K, n, tb) : NULL;
 }
 
 void

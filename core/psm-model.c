@@ -1619,6 +1619,18 @@ psm_model_set_decode (PsmModel *m, const PsmDecodeSettings *s, GError **error)
   return TRUE;
 }
 
+/* Around an evaluation on graph g: the weights do not change from batch to
+ * batch, so the packed copies of them that g makes (psm_graph_packed)
+ * serve every batch instead of being packed again after each reset; they
+ * are stale at the start (the weights may have changed since g packed
+ * them) and again at the end (training goes on). */
+static void
+eval_packed (PsmGraph *g, gboolean start)
+{
+  psm_graph_stale_packed (g);
+  psm_graph_keep_packed (g, start);
+}
+
 gboolean
 psm_model_decode_texts (PsmModel *m, const char *const *texts, int n, const PsmEvalOptions *opt, GError **error)
 {
@@ -1632,6 +1644,7 @@ psm_model_decode_texts (PsmModel *m, const char *const *texts, int n, const PsmE
   }
   psm_graph_set_grad (m->g, FALSE);
   psm_graph_clear_packed (m->gs);   /* the weights may have changed since the last decoding */
+  eval_packed (m->g, TRUE);
   int EB = MAX (1, m->eval_batch / MAX (m->beam.beam, 1));
   double gate_sum = 0.0;
   long gate_n = 0;
@@ -1654,6 +1667,7 @@ psm_model_decode_texts (PsmModel *m, const char *const *texts, int n, const PsmE
   if (opt->progress)
     fprintf (stderr, "\n");
   g_timer_destroy (timer);
+  eval_packed (m->g, FALSE);
   return ok;
 }
 
@@ -1793,6 +1807,7 @@ psm_model_evaluate (PsmModel *m, PsmSplit split, const PsmEvalOptions *opt, PsmE
   psm_graph_set_grad (g, FALSE);
   psm_graph_set_rng (g, NULL);
   psm_graph_clear_packed (m->gs);   /* the weights may have changed since the last decoding */
+  eval_packed (g, TRUE);
   double loss_sum = 0.0, weight = 0.0, gate_sum = 0.0, pad_all = 0.0, pad_real = 0.0;
   long gate_n = 0;
   gboolean ok = TRUE;
@@ -1904,6 +1919,7 @@ psm_model_evaluate (PsmModel *m, PsmSplit split, const PsmEvalOptions *opt, PsmE
   psm_graph_reset (g);
   psm_graph_reset (m->gs);
   psm_graph_set_grad (g, TRUE);
+  eval_packed (g, FALSE);
   if (!ok)
     return FALSE;
   if (split_ranks || split_streams) {

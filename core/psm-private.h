@@ -205,12 +205,18 @@ gboolean psm_graph_batch_major_on (const PsmGraph *g);
  * reset and the end of the backward pass. With keep set (the decoding
  * graph) the packed copies outlive resets until psm_graph_clear_packed,
  * which decoding calls when it starts. Without keep a reset marks them
- * stale: the next request for the same op(W) packs it again into the same
- * memory (its pages already mapped) over the threads. */
+ * stale (as psm_graph_stale_packed does): the next request for the same
+ * op(W) packs it again into the same memory (its pages already mapped)
+ * over the threads. An evaluation sets keep on the training graph for its
+ * batches, stale at its start and at its end. */
 void psm_graph_const_range (PsmGraph *g, const float *data, size_t n);
 gboolean psm_graph_is_const (PsmGraph *g, const float *data);
 const float *psm_graph_packed (PsmGraph *g, const float *w, int K, int n, gboolean tb);
+/* The same for a sequence op's W (K x n, contiguous) when it is a
+ * parameter, else NULL: the op packs a copy of its own. */
+const float *psm_graph_packed_param (PsmGraph *g, const PsmTensor *w, int K, int n, gboolean tb);
 void psm_graph_keep_packed (PsmGraph *g, gboolean keep);
+void psm_graph_stale_packed (PsmGraph *g);
 void psm_graph_clear_packed (PsmGraph *g);
 /* C[M, N] = A[M, K] op(W) + bias (bias NULL: none), or C += A op(W) with
  * acc; op(W) packed by psm_graph_packed; the column panels split over the

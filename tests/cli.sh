@@ -64,6 +64,12 @@ losses () { grep '"split": "train"' "$1" | sed 's/.*"loss": \([^,]*\),.*/\1/'; }
 [ -n "$(losses "$tmp/a/log.jsonl")" ] && [ "$(losses "$tmp/a/log.jsonl")" = "$(losses "$tmp/b/log.jsonl")" ] && ok "same seed gives the same losses" || bad "same seed gives the same losses"
 expect 0 "another seed" "trained 30 steps" -- "$run" --mode train "$tmp/tiny.cfg" --set "run.dir=$tmp/c" --set train.seed=2
 [ "$(losses "$tmp/a/log.jsonl")" != "$(losses "$tmp/c/log.jsonl")" ] && ok "another seed gives other losses" || bad "another seed gives other losses"
+# an evaluation keeps the weights packed over its batches (psm_graph_packed):
+# training after it must pack the updated ones again
+expect 0 "no evaluation between updates" "trained 30 steps" -- "$run" --mode train "$tmp/tiny.cfg" --set "run.dir=$tmp/ne" \
+  --set train.eval_every=1000
+[ "$(losses "$tmp/b/log.jsonl")" = "$(losses "$tmp/ne/log.jsonl")" ] && ok "evaluations between updates leave the training losses as they were" ||
+  bad "evaluations between updates leave the training losses as they were"
 
 # resume: 20 steps then 10 more == 30 straight
 expect 0 "train 20 steps" "trained 20 steps" -- "$run" --mode train "$tmp/tiny.cfg" --set "run.dir=$tmp/r" --set train.steps=20

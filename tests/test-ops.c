@@ -1150,6 +1150,119 @@ START_TEST (test_gru_seq_cols)
 }
 END_TEST
 
+/* psm_lstm_seq and psm_gru_seq with W a parameter of the graph: W and W^T
+ * packed in the graph's cache (psm_graph_packed_param) instead of a copy
+ * of the op's own. Output and the gradients of every input, bit for bit
+ * against W outside the cache; after a reset and a change of W (an update)
+ * W is packed again; with keep set (an evaluation) the copy serves after
+ * the reset until psm_graph_stale_packed; finite differences through the
+ * cache. */
+static PsmTensor *
+seq_cached_op (PsmGraph *g, Case *c, gboolean cached)
+{
+  int kw = c->iarg[0] ? 3 : 2;   /* iarg[0]: LSTM */
+  if (cached)
+    psm_graph_const_range (g, c->x[kw], n_of (c, kw));
+  PsmTensor *x[4] = { in (g, c, 0), in (g, c, 1), in (g, c, 2), in (g, c, 3) };
+  return c->iarg[0] ? psm_lstm_seq (g, x[0], x[1], x[2], x[3], c->mask, c->which)
+                    : psm_gru_seq_cols (g, x[0], 0, x[1], x[2], x[3], c->mask, c->which);
+}
+
+static PsmTensor *
+f_seq_cached (PsmGraph *g, void *ud)
+{
+  return psm_test_project (g, seq_cached_op (g, ud, TRUE));
+}
+
+/* Runs the op on g (W cached when cached) and its backward through
+ * psm_test_project; out gets the output and the gradients of the 4 inputs
+ * one after the other. */
+static void
+seq_cached_run (PsmGraph *g, Case *c, gboolean cached, float *out)
+{
+  for (int k = 0; k < 4; k++)
+    memset (c->gx[k], 0, n_of (c, k) * sizeof (float));
+  PsmTensor *y = seq_cached_op (g, c, cached);
+  memcpy (out, y->data, y->n * sizeof (float));
+  out += y->n;
+  if (psm_graph_grad_enabled (g)) {
+    psm_backward (g, psm_test_project (g, y));
+    for (int k = 0; k < 4; k++) {
+      memcpy (out, c->gx[k], n_of (c, k) * sizeof (float));
+      out += n_of (c, k);
+    }
+  }
+}
+
+START_TEST (test_seq_packed_cache)
+{
+  PsmRng rng;
+  psm_rng_seed (&rng, 29);
+  for (int lstm = 0; lstm < 2; lstm++)
+    for (int rev = 0; rev < 2; rev++) {
+      int T = 4, B = 5, H = 18, G = lstm ? 4 : 3;
+      Case c = { 0 };
+      c.iarg[0] = lstm;
+      c.which = rev;
+      alloc_in (&c, 0, 3, T, B, G * H, &rng, 1.0f);
+      alloc_in (&c, 1, 2, B, H, 0, &rng, 1.0f);
+      if (lstm) {
+        alloc_in (&c, 2, 2, B, H, 0, &rng, 1.0f);
+        alloc_in (&c, 3, 2, H, 4 * H, 0, &rng, 0.5f);
+      } else {
+        alloc_in (&c, 2, 2, H, 3 * H, 0, &rng, 0.5f);
+        alloc_in (&c, 3, 1, 3 * H, 0, 0, &rng, 0.5f);
+      }
+      int kw = lstm ? 3 : 2;
+      for (int i = 0; i < T * B; i++)
+        c.mask[i] = i % 7 == 3 ? 0.0f : 1.0f;
+      size_t n = (size_t) (T + lstm) * B * H;
+      for (int k = 0; k < 4; k++)
+        n += n_of (&c, k);
+      float *a = g_new (float, n), *b = g_new (float, n);
+      const char *name = lstm ? "lstm_seq" : "gru_seq";
+      for (int round = 0; round < 3; round++) {
+        PsmGraph *g = psm_graph_new (), *g2 = psm_graph_new ();
+        if (round == 2)
+          psm_graph_keep_packed (g, TRUE);
+        seq_cached_run (g, &c, TRUE, a);
+        if (round == 1) {   /* a reset, then an update: packed again */
+          psm_graph_reset (g);
+          for (size_t i = 0; i < n_of (&c, kw); i++)
+            c.x[kw][i] = -0.5f * c.x[kw][i] + 0.25f;
+          seq_cached_run (g, &c, TRUE, a);
+        } else if (round == 2) {   /* kept over a reset (no gradient, as an evaluation), then stale */
+          psm_graph_set_grad (g, FALSE);
+          psm_graph_reset (g);
+          seq_cached_run (g, &c, TRUE, a);
+          seq_cached_run (g2, &c, FALSE, b);
+          ck_assert_msg (memcmp (a, b, (size_t) (T + lstm) * B * H * sizeof (float)) == 0,
+                         "%s rev=%d: the kept packed W", name, rev);
+          for (size_t i = 0; i < n_of (&c, kw); i++)
+            c.x[kw][i] = 0.8f * c.x[kw][i] - 0.1f;
+          psm_graph_stale_packed (g);
+          psm_graph_reset (g);
+          psm_graph_set_grad (g, TRUE);
+          psm_graph_keep_packed (g, FALSE);
+          seq_cached_run (g, &c, TRUE, a);
+          psm_graph_reset (g2);
+        }
+        seq_cached_run (g2, &c, FALSE, b);
+        for (size_t i = 0; i < n; i++)
+          ck_assert_msg (a[i] == b[i], "%s rev=%d round %d: [%zu] %g with W in the graph's cache, %g without", name,
+                         rev, round, i, a[i], b[i]);
+        psm_graph_free (g);
+        psm_graph_free (g2);
+      }
+      g_free (a);
+      g_free (b);
+      check_all (lstm ? "lstm_seq (W in the graph's cache)" : "gru_seq (W in the graph's cache)", f_seq_cached,
+                 &c, 4, 5e-3f);
+      free_case (&c);
+    }
+}
+END_TEST
+
 /* Zoneout: fixed 0/1 weights (as training draws them) and the constant
  * expectation (evaluation), finite-difference checked; weights of 0 give
  * the plain LSTM bit for bit, weights of 1 keep the start state. */
@@ -2030,6 +2143,7 @@ main (int argc, char **argv)
   tcase_add_test (tc, test_lstm_seq);
   tcase_add_test (tc, test_lstm_seq_cols);
   tcase_add_test (tc, test_gru_seq_cols);
+  tcase_add_test (tc, test_seq_packed_cache);
   tcase_add_test (tc, test_lstm_zoneout);
   tcase_add_test (tc, test_dropout);
   tcase_add_test (tc, test_noisy_tanh);

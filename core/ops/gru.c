@@ -150,6 +150,7 @@ typedef struct {
   float *sv;     /* [T, B, 4H] */
   float *mask;   /* [T, B] or NULL */
   gboolean reverse;
+  const float *wpt;   /* W^T packed in the graph's cache, or NULL */
 } GruSeqSaved;
 
 /* Rows [b0, b1) over the whole sequence, forward in time or in reverse.
@@ -280,7 +281,10 @@ psm_gru_seq_cols (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTensor
   const float *x = xp->data + col0;
   if (psm_gru_packed) {
     int ldg = psm_pack_panels (3 * H) * PSM_PACK_NR;
-    float *wp = psm_xaligned (psm_packed_floats (H, 3 * H) * sizeof (float), "packed GRU weights");
+    /* a parameter's packed copy is the graph's (as psm_lstm_seq's) */
+    const float *wc = psm_graph_packed_param (g, w, H, 3 * H, FALSE);
+    float *own = wc ? NULL : psm_xaligned (psm_packed_floats (H, 3 * H) * sizeof (float), "packed GRU weights");
+    const float *wp = wc ? wc : own;
 #pragma omp parallel num_threads (psm_pack_threads (B))
     {
       int b0, b1;
@@ -288,14 +292,15 @@ psm_gru_seq_cols (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTensor
       float *G = psm_xaligned ((size_t) MAX (b1 - b0, 1) * ldg * sizeof (float), "GRU scratch");
       float *hc = mask ? psm_xmalloc ((size_t) MAX (b1 - b0, 1) * H * sizeof (float), "GRU scratch") : NULL;
       float *row_sv = keep ? NULL : psm_xmalloc (4 * H * sizeof (float), "GRU scratch");
-      psm_pack_shared (H, 3 * H, w->data, 3 * H, FALSE, wp);
+      if (own)
+        psm_pack_shared (H, 3 * H, w->data, 3 * H, FALSE, own);
       gru_seq_forward_rows (T, B, H, b0, b1, reverse, x, ldx, h0->data, w->data, wp, bh->data, mask, out->data,
                             keep ? sv : row_sv, keep, G, ldg, hc);
       free (row_sv);
       free (hc);
       free (G);
     }
-    free (wp);
+    free (own);
   } else {
     float *G = psm_xmalloc ((size_t) B * 3 * H * sizeof (float), "GRU scratch");
     float *hc = mask ? psm_xmalloc ((size_t) B * H * sizeof (float), "GRU scratch") : NULL;
@@ -312,6 +317,7 @@ psm_gru_seq_cols (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTensor
     s->sv = sv;
     s->mask = psm_graph_dup (g, mask, (size_t) T * B * sizeof (float));
     s->reverse = reverse;
+    s->wpt = psm_gru_packed ? psm_graph_packed_param (g, w, 3 * H, H, TRUE) : NULL;   /* for dh = dG W^T */
     n->saved = s;
     n->iarg[0] = col0;
   }
@@ -331,7 +337,8 @@ psm_gru_seq_backward (PsmNode *n)
   float *carry = psm_xmalloc0 (BH * sizeof (float), "GRU gradients");   /* dL/dh of the next step's input */
   if (psm_gru_packed) {
     int ldc = psm_pack_panels (H) * PSM_PACK_NR;
-    float *wpt = psm_xaligned (psm_packed_floats (3 * H, H) * sizeof (float), "packed GRU weights");
+    float *own = s->wpt ? NULL : psm_xaligned (psm_packed_floats (3 * H, H) * sizeof (float), "packed GRU weights");
+    const float *wpt = s->wpt ? s->wpt : own;
 #pragma omp parallel num_threads (psm_pack_threads (B))
     {
       int b0, b1;
@@ -339,14 +346,15 @@ psm_gru_seq_backward (PsmNode *n)
       float *C = psm_xaligned ((size_t) MAX (b1 - b0, 1) * ldc * sizeof (float), "GRU scratch");
       float *dGc = s->mask ? psm_xmalloc ((size_t) MAX (b1 - b0, 1) * 3 * H * sizeof (float), "GRU scratch") : NULL;
       float *d = psm_xmalloc ((size_t) H * sizeof (float), "GRU scratch");
-      psm_pack_shared (3 * H, H, w->data, 3 * H, TRUE, wpt);   /* op(W) = W^T [3H, H] */
+      if (own)
+        psm_pack_shared (3 * H, H, w->data, 3 * H, TRUE, own);   /* op(W) = W^T [3H, H] */
       gru_seq_backward_rows (T, B, H, b0, b1, rev, out->grad, out->data, h0->data, w->data, wpt, s->sv, s->mask, dG,
                              dxp, ldx, carry, C, ldc, dGc, d);
       free (d);
       free (dGc);
       free (C);
     }
-    free (wpt);
+    free (own);
   } else {
     float *C = psm_xmalloc (BH * sizeof (float), "GRU scratch");
     float *dGc = s->mask ? psm_xmalloc ((size_t) B * 3 * H * sizeof (float), "GRU scratch") : NULL;

@@ -120,7 +120,9 @@ psm_lstm_cell_backward (PsmNode *n)
 
 /* ---- Whole sequences (psm_lstm_seq): the recurrence of psm_gru_seq's
  * design. The weights are packed once per sequence (W for h W, W^T for
- * dG W^T) and each thread runs the whole recurrence for its own block of
+ * dG W^T; a parameter's in the graph's cache, psm_graph_packed_param, so
+ * that an evaluation or a decoding packs them once for all its batches)
+ * and each thread runs the whole recurrence for its own block of
  * rows; rows are independent sequences, so nothing is shared after the
  * packing and every element is computed the same way whatever the split.
  * Output [T + 1, B, H]: h at every position (in time order whichever the
@@ -134,6 +136,7 @@ typedef struct {
   float *mask;   /* [T, B] or NULL */
   gboolean reverse;
   const float *zh, *zc;   /* zoneout weights [T, B, H] or NULL */
+  const float *wpt;       /* W^T packed in the graph's cache, or NULL */
 } LstmSeqSaved;
 
 /* Gates and new state of one row from its pre-activations G [4H]. */
@@ -314,7 +317,11 @@ psm_lstm_seq_zoneout (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTe
   float *cs = psm_graph_alloc (g, (size_t) (keep ? T : 2) * BH * sizeof (float));
   int ldg = PSM_PACK_FAST ? psm_pack_panels (4 * H) * PSM_PACK_NR : 4 * H;
   if (PSM_PACK_FAST) {
-    float *wp = psm_xaligned (psm_packed_floats (H, 4 * H) * sizeof (float), "packed LSTM weights");
+    /* a parameter's packed copy is the graph's (kept over a decoding's
+     * batches); another W is packed here */
+    const float *wc = psm_graph_packed_param (g, w, H, 4 * H, FALSE);
+    float *own = wc ? NULL : psm_xaligned (psm_packed_floats (H, 4 * H) * sizeof (float), "packed LSTM weights");
+    const float *wp = wc ? wc : own;
 #pragma omp parallel num_threads (psm_pack_threads (B))
     {
       int b0, b1;
@@ -322,14 +329,15 @@ psm_lstm_seq_zoneout (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTe
       float *G = psm_xaligned ((size_t) MAX (b1 - b0, 1) * ldg * sizeof (float), "LSTM scratch");
       float *hc = mask ? psm_xmalloc ((size_t) MAX (b1 - b0, 1) * H * sizeof (float), "LSTM scratch") : NULL;
       float *row_sv = keep ? NULL : psm_xmalloc (5 * H * sizeof (float), "LSTM scratch");
-      psm_pack_shared (H, 4 * H, w->data, 4 * H, FALSE, wp);
+      if (own)
+        psm_pack_shared (H, 4 * H, w->data, 4 * H, FALSE, own);
       lstm_seq_forward_rows (T, B, H, b0, b1, reverse, xp->data + col0, h0->data, c0->data, w->data, wp, mask,
                              out->data, cs, keep ? sv : row_sv, G, ldg, hc, keep, ldx, zh, zc);
       free (row_sv);
       free (hc);
       free (G);
     }
-    free (wp);
+    free (own);
   } else {
     float *G = psm_xmalloc ((size_t) B * ldg * sizeof (float), "LSTM scratch");
     float *hc = mask ? psm_xmalloc ((size_t) B * H * sizeof (float), "LSTM scratch") : NULL;
@@ -351,6 +359,7 @@ psm_lstm_seq_zoneout (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTe
     s->reverse = reverse;
     s->zh = zh;   /* the caller keeps them until the backward pass */
     s->zc = zc;
+    s->wpt = psm_graph_packed_param (g, w, 4 * H, H, TRUE);   /* for dh = dG W^T */
     n->saved = s;
     n->iarg[0] = col0;
   }
@@ -372,20 +381,22 @@ psm_lstm_seq_backward (PsmNode *n)
   memcpy (carry_c, out->grad + (size_t) T * BH, BH * sizeof (float));
   int ldc = PSM_PACK_FAST ? psm_pack_panels (H) * PSM_PACK_NR : H;
   if (PSM_PACK_FAST) {
-    float *wpt = psm_xaligned (psm_packed_floats (4 * H, H) * sizeof (float), "packed LSTM weights");
+    float *own = s->wpt ? NULL : psm_xaligned (psm_packed_floats (4 * H, H) * sizeof (float), "packed LSTM weights");
+    const float *wpt = s->wpt ? s->wpt : own;
 #pragma omp parallel num_threads (psm_pack_threads (B))
     {
       int b0, b1;
       psm_pack_row_split (B, omp_get_num_threads (), omp_get_thread_num (), &b0, &b1);
       float *C = psm_xaligned ((size_t) MAX (b1 - b0, 1) * ldc * sizeof (float), "LSTM scratch");
       float *dGc = s->mask ? psm_xmalloc ((size_t) MAX (b1 - b0, 1) * 4 * H * sizeof (float), "LSTM scratch") : NULL;
-      psm_pack_shared (4 * H, H, w->data, 4 * H, TRUE, wpt);   /* op(W) = W^T [4H, H] */
+      if (own)
+        psm_pack_shared (4 * H, H, w->data, 4 * H, TRUE, own);   /* op(W) = W^T [4H, H] */
       lstm_seq_backward_rows (T, B, H, b0, b1, rev, out->grad, out->data, c0->data, s->cs, s->sv, s->mask,
                               w->data, wpt, dG, dxp, ldx, carry_h, carry_c, C, ldc, dGc, s->zh, s->zc);
       free (dGc);
       free (C);
     }
-    free (wpt);
+    free (own);
   } else {
     float *C = psm_xmalloc ((size_t) B * ldc * sizeof (float), "LSTM scratch");
     float *dGc = s->mask ? psm_xmalloc ((size_t) B * 4 * H * sizeof (float), "LSTM scratch") : NULL;
