@@ -136,6 +136,18 @@ f_gru_packed (PsmGraph *g, void *ud)
   return psm_test_project (g, psm_gru_cell (g, in (g, c, 0), in (g, c, 1), in (g, c, 2), in (g, c, 3), c->mask));
 }
 
+/* psm_linear of case c on g (W packed: a parameter of g's) and on g2 (W
+ * not), element by element. */
+static void
+check_packed_linear (PsmGraph *g, PsmGraph *g2, Case *c, const char *what)
+{
+  PsmTensor *y = psm_linear (g, in (g, c, 0), in (g, c, 1), in (g, c, 2));
+  PsmTensor *y2 = psm_linear (g2, in (g2, c, 0), in (g2, c, 1), in (g2, c, 2));
+  for (size_t i = 0; i < y2->n; i++)
+    ck_assert_msg (fabsf (y->data[i] - y2->data[i]) <= 1e-4f * (1 + fabsf (y2->data[i])), "%s [%zu]: %g vs %g", what,
+                   i, y->data[i], y2->data[i]);
+}
+
 START_TEST (test_packed_weights)
 {
   PsmRng rng;
@@ -148,13 +160,8 @@ START_TEST (test_packed_weights)
   for (int round = 0; round < 2; round++) {   /* the second finds W packed already */
     PsmGraph *g = psm_graph_new (), *g2 = psm_graph_new ();
     psm_graph_const_range (g, c.x[1], n_of (&c, 1));
-    for (int k = 0; k <= round; k++) {
-      PsmTensor *y = psm_linear (g, in (g, &c, 0), in (g, &c, 1), in (g, &c, 2));
-      PsmTensor *y2 = psm_linear (g2, in (g2, &c, 0), in (g2, &c, 1), in (g2, &c, 2));
-      for (int i = 0; i < 5 * 70; i++)
-        ck_assert_msg (fabsf (y->data[i] - y2->data[i]) <= 1e-4f * (1 + fabsf (y2->data[i])),
-                       "packed linear [%d]: %g vs %g", i, y->data[i], y2->data[i]);
-    }
+    for (int k = 0; k <= round; k++)
+      check_packed_linear (g, g2, &c, "packed linear");
     psm_graph_free (g);
     psm_graph_free (g2);
   }
@@ -168,11 +175,7 @@ START_TEST (test_packed_weights)
     psm_graph_const_range (g, c.x[1], n_of (&c, 1));
     for (size_t i = 0; i < n_of (&c, 1); i++)
       c.x[1][i] = -0.5f * c.x[1][i] + 0.25f;
-    PsmTensor *y = psm_linear (g, in (g, &c, 0), in (g, &c, 1), in (g, &c, 2));
-    PsmTensor *y2 = psm_linear (g2, in (g2, &c, 0), in (g2, &c, 1), in (g2, &c, 2));
-    for (int i = 0; i < 5 * 70; i++)
-      ck_assert_msg (fabsf (y->data[i] - y2->data[i]) <= 1e-4f * (1 + fabsf (y2->data[i])),
-                     "packed linear after a reset and an update [%d]: %g vs %g", i, y->data[i], y2->data[i]);
+    check_packed_linear (g, g2, &c, "packed linear after a reset and an update");
     psm_graph_free (g);
     psm_graph_free (g2);
   }
@@ -1451,8 +1454,8 @@ START_TEST (test_dropout_linear)
     }
     psm_dropout_linear = TRUE;
     for (int i = 0; i < DL_T * DL_B * DL_N; i++)
-      ck_assert_msg (fabsf (y[0][i] - y[1][i]) <= 1e-5f * (1 + fabsf (y[1][i])), "dropout_linear case %d y[%d]: %g vs %g",
-                     which, i, y[0][i], y[1][i]);
+      ck_assert_msg (fabsf (y[0][i] - y[1][i]) <= 1e-5f * (1 + fabsf (y[1][i])),
+                     "dropout_linear case %d y[%d]: %g vs %g", which, i, y[0][i], y[1][i]);
     for (int k = 0; k < 3; k++)
       for (size_t i = 0; i < n_of (&c, k); i++)
         ck_assert_msg (fabsf (gr[0][k][i] - gr[1][k][i]) <= 1e-4f * (1 + fabsf (gr[1][k][i])),

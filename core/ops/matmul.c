@@ -372,7 +372,8 @@ psm_dropout_linear_backward (PsmNode *n)
       int id = omp_get_thread_num (), team = omp_get_num_threads ();
       int p0 = panels * id / team, p1 = panels * (id + 1) / team;
       int c0 = p0 * PSM_PACK_NR, c1 = MIN (N, p1 * PSM_PACK_NR);
-      float *q = psm_xaligned (MAX ((size_t) (p1 - p0) * T * PSM_PACK_NR, 1) * sizeof (float), "dropout projection gradient");
+      float *q = psm_xaligned (MAX ((size_t) (p1 - p0) * T * PSM_PACK_NR, 1) * sizeof (float),
+                               "dropout projection gradient");
       const float **ar = g_new (const float *, K);
       float **cr = g_new (float *, K);
       for (int c = 0; c < Bm && p1 > p0; c++) {
