@@ -10,7 +10,7 @@ cd "$(dirname "$0")"
 run=yes
 [ "${1:-}" = "--no-run" ] && run=no
 
-pkgs="build-essential autoconf automake libtool pkg-config libglib2.0-dev libconfig-dev
+pkgs="build-essential autoconf automake libtool pkg-config libglib2.0-dev libconfig-dev nettle-dev
       libopenblas-openmp-dev check libopenmpi-dev openmpi-bin libjson-glib-dev libsoup-3.0-dev
       libglib2.0-dev-bin chromium curl iproute2"
 missing=""

@@ -1,7 +1,8 @@
 /* bench-packed — the packed few-row GEMM of the recurrences alone
  * (psm_packed_gemm, core/ops/packgemm.c) on one thread: C[M, N] = A[M, K]
  * times a [K, N] matrix packed once, for M = 1..16 and 32 rows (a thread's
- * share of a batch). Prints microseconds a call and GFLOP/s. Defaults are
+ * share of a batch) and 60 (the beam search's 6 sentences of 10 hypotheses
+ * against a thread's half of an output layer: 1024 7504). Prints microseconds a call and GFLOP/s. Defaults are
  * the LSTM encoder's h W of See et al.'s model (K 256, N 1024); K 1024,
  * N 256 is its backward dG W^T.
  * usage: bench-packed [K [N [seconds per M]]] */
@@ -20,13 +21,13 @@ main (int argc, char **argv)
     fprintf (stderr, "usage: bench-packed [K [N [seconds per M]]]\n");
     return 2;
   }
-  int Ms[] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 16, 32 }, ldc = psm_pack_panels (N) * PSM_PACK_NR;
+  int Ms[] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 14, 16, 32, 60 }, ldc = psm_pack_panels (N) * PSM_PACK_NR;
   PsmRng rng;
   psm_rng_seed (&rng, 1);
-  float *A = g_new (float, (size_t) 32 * K), *B = g_new (float, (size_t) K * N);
-  float *C = psm_xaligned ((size_t) 32 * ldc * sizeof (float), "bench");
+  float *A = g_new (float, (size_t) 64 * K), *B = g_new (float, (size_t) K * N);
+  float *C = psm_xaligned ((size_t) 64 * ldc * sizeof (float), "bench");
   float *bp = psm_xaligned (psm_packed_floats (K, N) * sizeof (float), "bench");
-  for (size_t i = 0; i < (size_t) 32 * K; i++)
+  for (size_t i = 0; i < (size_t) 64 * K; i++)
     A[i] = (float) psm_rng_uniform (&rng) - 0.5f;
   for (size_t i = 0; i < (size_t) K * N; i++)
     B[i] = (float) psm_rng_uniform (&rng) - 0.5f;

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <glib/gstdio.h>
+#include <nettle/sha2.h>
 #include "psm-private.h"
 
 #define MAGIC "PSMCKPT1"
@@ -15,7 +16,7 @@
 
 typedef struct {
   FILE *f;
-  GChecksum *sum;
+  struct sha256_ctx sum;
   gboolean ok;
 } Writer;
 
@@ -26,14 +27,7 @@ put (Writer *w, const void *data, size_t n)
     return;
   if (fwrite (data, 1, n, w->f) != n)
     w->ok = FALSE;
-  /* g_checksum_update takes gssize; feed large buffers in pieces. */
-  const guchar *p = data;
-  while (n) {
-    size_t k = MIN (n, (size_t) 1 << 30);
-    g_checksum_update (w->sum, p, k);
-    p += k;
-    n -= k;
-  }
+  sha256_update (&w->sum, n, data);
 }
 
 static void put_u32 (Writer *w, guint32 v) { put (w, &v, 4); }
@@ -72,11 +66,11 @@ psm_checkpoint_save (const char *path, PsmParams *p, PsmOptim *optim, gboolean w
                      const PsmCheckpointMeta *meta, GError **error)
 {
   char *tmp = g_strdup_printf ("%s.tmp.%d", path, (int) getpid ());
-  Writer w = { fopen (tmp, "wb"), g_checksum_new (G_CHECKSUM_SHA256), TRUE };
+  Writer w = { .f = fopen (tmp, "wb"), .ok = TRUE };
+  sha256_init (&w.sum);
   if (!w.f) {
     g_set_error (error, G_FILE_ERROR, g_file_error_from_errno (errno),
                  "%s: cannot write checkpoint: %s", tmp, g_strerror (errno));
-    g_checksum_free (w.sum);
     g_free (tmp);
     return FALSE;
   }
@@ -123,8 +117,7 @@ psm_checkpoint_save (const char *path, PsmParams *p, PsmOptim *optim, gboolean w
   put_u64 (&w, stream_len);
   put (&w, stream, stream_len);
   guint8 digest[DIGEST_LEN];
-  gsize dlen = DIGEST_LEN;
-  g_checksum_get_digest (w.sum, digest, &dlen);
+  sha256_digest (&w.sum, DIGEST_LEN, digest);
   if (w.ok && fwrite (digest, 1, DIGEST_LEN, w.f) != DIGEST_LEN)
     w.ok = FALSE;
   if (w.ok && (fflush (w.f) != 0 || fsync (fileno (w.f)) != 0))
@@ -135,7 +128,6 @@ psm_checkpoint_save (const char *path, PsmParams *p, PsmOptim *optim, gboolean w
       saved_errno = errno;
     w.ok = FALSE;
   }
-  g_checksum_free (w.sum);
   if (!w.ok || g_rename (tmp, path) != 0) {
     if (w.ok)
       saved_errno = errno;
@@ -276,11 +268,10 @@ psm_checkpoint_load (const char *path, PsmParams *p, PsmOptim *optim,
              PSM_CHECKPOINT_VERSION, version == 1 ? " (version 1, from psm 0.1.0, did not record the "
                                                     "optimiser's settings)" : "");
   guint8 digest[DIGEST_LEN];
-  gsize dlen = DIGEST_LEN;
-  GChecksum *sum = g_checksum_new (G_CHECKSUM_SHA256);
-  g_checksum_update (sum, buf, len - DIGEST_LEN);
-  g_checksum_get_digest (sum, digest, &dlen);
-  g_checksum_free (sum);
+  struct sha256_ctx sum;
+  sha256_init (&sum);
+  sha256_update (&sum, len - DIGEST_LEN, buf);
+  sha256_digest (&sum, DIGEST_LEN, digest);
   if (memcmp (digest, buf + len - DIGEST_LEN, DIGEST_LEN) != 0)
     CORRUPT ("%s: checksum mismatch: the checkpoint is corrupt or truncated", path);
 
@@ -406,7 +397,7 @@ psm_checkpoint_load (const char *path, PsmParams *p, PsmOptim *optim,
                  settings[*i], now[*i]);
   }
   /* Everything verified: only now touch the model. */
-  memcpy (psm_params_data (p), data, total * sizeof (float));
+  psm_params_set_data (p, data);
   if (optim)
     for (guint32 s = 0; s < slots; s++)
       memcpy (psm_optim_state (optim, (int) s), st[s], total * sizeof (float));

@@ -276,7 +276,7 @@ psm_model_new (PsmPipeline *pl, gboolean check, GError **error)
     psm_params_init_uniform (m->params, (float) init_uniform, (float) psm_section_float (train, "init_bias"));
   PsmRng rng;
   psm_rng_seed (&rng, seed);
-  if (!psm_params_finalize (m->params, &rng, error))
+  if (!psm_params_finalize_deferred (m->params, &rng, error))
     goto fail;
   return m;
 fail:

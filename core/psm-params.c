@@ -25,6 +25,10 @@ struct PsmParams {
   float *data, *grad;
   void *grad_mem;    /* grad's allocation (grad aligned within it) */
   gboolean final;
+  /* psm_params_finalize_deferred: data is drawn from rng when first read,
+   * unless psm_params_set_data fills it first */
+  gboolean pending;
+  PsmRng rng;
 };
 
 PsmParams *
@@ -129,8 +133,64 @@ psm_params_init_uniform (PsmParams *p, float range, float bias)
   }
 }
 
-gboolean
-psm_params_finalize (PsmParams *p, PsmRng *rng, GError **error)
+/* Every parameter drawn as its init says, in order, from rng. */
+static void
+init_values (PsmParams *p, PsmRng *rng)
+{
+  memset (p->data, 0, MAX (p->total, 16) * sizeof (float));
+  for (guint k = 0; k < p->info->len; k++) {
+    ParamInfo *pi = &g_array_index (p->info, ParamInfo, k);
+    float *w = p->data + pi->offset;
+    size_t rows = pi->ndim >= 2 ? pi->n / pi->shape[pi->ndim - 1] : 1;
+    int cols = pi->shape[pi->ndim - 1];
+    switch (pi->init) {
+    case PSM_INIT_ZEROS:
+      break;
+    case PSM_INIT_CONST:
+      for (size_t i = 0; i < pi->n; i++)
+        w[i] = pi->scale;
+      break;
+    case PSM_INIT_UNIFORM:
+      for (size_t i = 0; i < pi->n; i++)
+        w[i] = (float) ((2.0 * psm_rng_uniform (rng) - 1.0) * pi->scale);
+      break;
+    case PSM_INIT_NORMAL:
+      for (size_t i = 0; i < pi->n; i++)
+        w[i] = (float) (psm_rng_normal (rng) * pi->scale);
+      break;
+    case PSM_INIT_XAVIER: {
+      double a = sqrt (6.0 / ((double) rows + cols));
+      for (size_t i = 0; i < pi->n; i++)
+        w[i] = (float) ((2.0 * psm_rng_uniform (rng) - 1.0) * a);
+      break;
+    }
+    case PSM_INIT_ORTHOGONAL:
+      for (int c0 = 0; c0 < cols; c0 += (int) rows)
+        orthogonal_block (w, (int) rows, MIN ((int) rows, cols - c0), cols, c0, rng);
+      break;
+    }
+  }
+}
+
+/* The values drawn if they are still to be (once, whichever thread asks). */
+static inline void
+ensure_values (PsmParams *p)
+{
+  static GMutex lock;
+  if (G_UNLIKELY (g_atomic_int_get (&p->pending))) {
+    g_mutex_lock (&lock);
+    if (p->pending) {
+      init_values (p, &p->rng);
+      g_atomic_int_set (&p->pending, FALSE);
+    }
+    g_mutex_unlock (&lock);
+  }
+}
+
+/* The buffers (parameters uninitialised, gradients zero), or FALSE and
+ * error. */
+static gboolean
+allocate (PsmParams *p, GError **error)
 {
   g_return_val_if_fail (!p->final, FALSE);
   /* Parameters, gradients and up to two optimiser slots of the same size. */
@@ -166,55 +226,59 @@ psm_params_finalize (PsmParams *p, PsmRng *rng, GError **error)
                  (double) p->total, gib (2.0 * bytes));
     return FALSE;
   }
-  memset (p->data, 0, bytes);
-  for (guint k = 0; k < p->info->len; k++) {
-    ParamInfo *pi = &g_array_index (p->info, ParamInfo, k);
-    float *w = p->data + pi->offset;
-    size_t rows = pi->ndim >= 2 ? pi->n / pi->shape[pi->ndim - 1] : 1;
-    int cols = pi->shape[pi->ndim - 1];
-    switch (pi->init) {
-    case PSM_INIT_ZEROS:
-      break;
-    case PSM_INIT_CONST:
-      for (size_t i = 0; i < pi->n; i++)
-        w[i] = pi->scale;
-      break;
-    case PSM_INIT_UNIFORM:
-      for (size_t i = 0; i < pi->n; i++)
-        w[i] = (float) ((2.0 * psm_rng_uniform (rng) - 1.0) * pi->scale);
-      break;
-    case PSM_INIT_NORMAL:
-      for (size_t i = 0; i < pi->n; i++)
-        w[i] = (float) (psm_rng_normal (rng) * pi->scale);
-      break;
-    case PSM_INIT_XAVIER: {
-      double a = sqrt (6.0 / ((double) rows + cols));
-      for (size_t i = 0; i < pi->n; i++)
-        w[i] = (float) ((2.0 * psm_rng_uniform (rng) - 1.0) * a);
-      break;
-    }
-    case PSM_INIT_ORTHOGONAL:
-      for (int c0 = 0; c0 < cols; c0 += (int) rows)
-        orthogonal_block (w, (int) rows, MIN ((int) rows, cols - c0), cols, c0, rng);
-      break;
-    }
-  }
   p->final = TRUE;
   return TRUE;
 }
+
+gboolean
+psm_params_finalize (PsmParams *p, PsmRng *rng, GError **error)
+{
+  if (!allocate (p, error))
+    return FALSE;
+  init_values (p, rng);
+  return TRUE;
+}
+
+gboolean
+psm_params_finalize_deferred (PsmParams *p, const PsmRng *rng, GError **error)
+{
+  if (!allocate (p, error))
+    return FALSE;
+  p->rng = *rng;
+  p->pending = TRUE;
+  return TRUE;
+}
+
+void
+psm_params_set_data (PsmParams *p, const float *src)
+{
+  g_return_if_fail (p->final);
+  memcpy (p->data, src, p->total * sizeof (float));
+  g_atomic_int_set (&p->pending, FALSE);
+}
+
+gboolean psm_params_deferred (const PsmParams *p) { return p->pending; }
 
 PsmTensor *
 psm_param (PsmGraph *g, PsmParams *p, int id)
 {
   g_return_val_if_fail (p->final && id >= 0 && id < (int) p->info->len, NULL);
   ParamInfo *pi = &g_array_index (p->info, ParamInfo, id);
+  ensure_values (p);
   psm_graph_const_range (g, p->data, p->total);   /* for packed weights (psm-private.h) */
   return psm_tensor_wrap (g, p->data + pi->offset, p->grad + pi->offset, pi->ndim, pi->shape);
 }
 
 int psm_params_count (const PsmParams *p) { return (int) p->info->len; }
 size_t psm_params_size (const PsmParams *p) { return p->total; }
-float *psm_params_data (PsmParams *p) { return p->data; }
+float *
+psm_params_data (PsmParams *p)
+{
+  if (p->final)
+    ensure_values (p);
+  return p->data;
+}
+
 float *psm_params_grad (PsmParams *p) { return p->grad; }
 
 const char *

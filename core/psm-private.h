@@ -422,6 +422,17 @@ void *psm_xmalloc0 (size_t bytes, const char *what);
 void *psm_xaligned (size_t bytes, const char *what);
 
 
+/* psm_params_finalize, but the values are drawn (from a copy of rng, as
+ * finalize would draw them) only when psm_param or psm_params_data first
+ * reads them: a model whose parameters come from a checkpoint
+ * (psm_params_set_data) never draws them (psm_model_new; 0.6 s of a
+ * 44 M-parameter decoder's start). */
+gboolean psm_params_finalize_deferred (PsmParams *p, const PsmRng *rng, GError **error);
+/* Every parameter's value from src (psm_params_size floats). */
+void psm_params_set_data (PsmParams *p, const float *src);
+/* TRUE while the values are still to be drawn (for the tests). */
+gboolean psm_params_deferred (const PsmParams *p);
+
 /* State buffers of an optimiser kind: sgd 0, adagrad 1, adam/adadelta 2
  * (core/psm-optim.c; the checkpoint reader checks against it). */
 int psm_optim_kind_slots (PsmOptKind kind);

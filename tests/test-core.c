@@ -404,6 +404,96 @@ START_TEST (test_checkpoint)
 }
 END_TEST
 
+/* A model of every kind of initialisation. */
+static PsmParams *
+mixed_model (void)
+{
+  PsmParams *p = psm_params_new ();
+  int s1[2] = { 6, 18 }, s2[1] = { 7 };
+  psm_params_add (p, "o", 2, s1, PSM_INIT_ORTHOGONAL, 0);
+  psm_params_add (p, "x", 2, s1, PSM_INIT_XAVIER, 0);
+  psm_params_add (p, "n", 1, s2, PSM_INIT_NORMAL, 0.5f);
+  psm_params_add (p, "u", 1, s2, PSM_INIT_UNIFORM, 0.3f);
+  psm_params_add (p, "c", 1, s2, PSM_INIT_CONST, -2.0f);
+  psm_params_add (p, "z", 1, s2, PSM_INIT_ZEROS, 0);
+  return p;
+}
+
+/* psm_params_finalize_deferred (psm_model_new): the values finalize would
+ * have drawn from the same rng, drawn when psm_params_data or psm_param
+ * first reads them; values set first (a checkpoint's) are kept, and a
+ * checkpoint that fails to load leaves them still to be drawn. */
+START_TEST (test_params_deferred)
+{
+  PsmParams *now = mixed_model (), *later = mixed_model (), *read = mixed_model (), *set = mixed_model ();
+  size_t n = 0;
+  PsmRng rng;
+  psm_rng_seed (&rng, 7);
+  ck_assert (psm_params_finalize (now, &rng, NULL));
+  n = psm_params_size (now);
+  psm_rng_seed (&rng, 7);
+  ck_assert (psm_params_finalize_deferred (later, &rng, NULL));
+  ck_assert (psm_params_finalize_deferred (read, &rng, NULL));
+  ck_assert (psm_params_finalize_deferred (set, &rng, NULL));
+  psm_rng_seed (&rng, 99);   /* the caller's rng moves on: a copy was kept */
+  ck_assert (psm_params_deferred (later) && psm_params_deferred (read) && psm_params_deferred (set));
+  ck_assert (memcmp (psm_params_data (later), psm_params_data (now), n * 4) == 0);
+  ck_assert (!psm_params_deferred (later));
+  /* through psm_param, as a graph reads them */
+  PsmGraph *g = psm_graph_new ();
+  for (int id = 0; id < psm_params_count (now); id++) {
+    PsmTensor *t = psm_param (g, read, id);
+    ck_assert_msg (memcmp (t->data, psm_params_data (now) + psm_params_offset (now, id),
+                           psm_params_numel (now, id) * 4) == 0, "parameter %d", id);
+  }
+  psm_graph_free (g);
+  /* set before any read: kept, nothing drawn over them later */
+  float *src = g_new (float, n);
+  for (size_t i = 0; i < n; i++)
+    src[i] = (float) i * 0.25f;
+  psm_params_set_data (set, src);
+  ck_assert (!psm_params_deferred (set));
+  g = psm_graph_new ();
+  ck_assert (psm_param (g, set, 1)->data == psm_params_data (set) + psm_params_offset (set, 1));
+  psm_graph_free (g);
+  ck_assert (memcmp (psm_params_data (set), src, n * 4) == 0);
+
+  /* a checkpoint into a deferred model; a corrupt one leaves it deferred */
+  char *dir = g_dir_make_tmp ("psm-test-deferred-XXXXXX", NULL);
+  char *path = g_build_filename (dir, "a.ckpt", NULL), *bad = g_build_filename (dir, "bad.ckpt", NULL);
+  PsmCheckpointMeta meta = { 5, { { 1, 2, 3, 4 } }, 1.0, 1.0, NAN, 0, NULL };
+  GError *e = NULL;
+  ck_assert_msg (psm_checkpoint_save (path, set, NULL, FALSE, &meta, &e), "%s", e ? e->message : "");
+  gchar *buf;
+  gsize len;
+  ck_assert (g_file_get_contents (path, &buf, &len, NULL));
+  buf[len / 2] ^= 0x01;
+  ck_assert (g_file_set_contents (bad, buf, len, NULL));
+  PsmParams *ck = mixed_model ();
+  psm_rng_seed (&rng, 7);
+  ck_assert (psm_params_finalize_deferred (ck, &rng, NULL));
+  ck_assert (!psm_checkpoint_load (bad, ck, NULL, NULL, &e));
+  g_clear_error (&e);
+  ck_assert (psm_params_deferred (ck));
+  ck_assert_msg (psm_checkpoint_load (path, ck, NULL, NULL, &e), "%s", e ? e->message : "");
+  ck_assert (!psm_params_deferred (ck));
+  ck_assert (memcmp (psm_params_data (ck), src, n * 4) == 0);
+  g_unlink (path);
+  g_unlink (bad);
+  g_rmdir (dir);
+  g_free (buf);
+  g_free (path);
+  g_free (bad);
+  g_free (dir);
+  g_free (src);
+  psm_params_free (ck);
+  psm_params_free (now);
+  psm_params_free (later);
+  psm_params_free (read);
+  psm_params_free (set);
+}
+END_TEST
+
 /* Writes buf with bytes [at, at + n) replaced and a fresh checksum: a file
  * that passes the SHA-256 but holds values psm never writes. */
 static void
@@ -662,6 +752,7 @@ main (void)
   tcase_add_test (tc, test_optimisers);
   tcase_add_test (tc, test_checkpoint);
   tcase_add_test (tc, test_checkpoint_checks);
+  tcase_add_test (tc, test_params_deferred);
   tcase_add_test (tc, test_vocab);
   tcase_add_test (tc, test_batch_sort);
   suite_add_tcase (s, tc);

@@ -23,13 +23,13 @@ PsmParams *psm_params_new (void);
 void psm_params_free (PsmParams *p);
 /* Returns the parameter's id; names must be unique ("encoder.w_x"). */
 int psm_params_add (PsmParams *p, const char *name, int ndim, const int *shape, PsmInit init, float scale);
-/* Allocates the buffers and initialises every parameter from rng. Refuses
- * (PSM_CONFIG_ERROR) a model whose parameters, gradients and two optimiser
- * slots exceed psm_memory_limit(), or whose buffers cannot be allocated. */
 /* Before finalize: every weight (a matrix, or a vector the plugin draws at
  * random) U(-range, range), every bias (a vector that starts at zero)
  * bias; vectors with a set constant keep it. Zeng et al.'s initialisation. */
 void psm_params_init_uniform (PsmParams *p, float range, float bias);
+/* Allocates the buffers and initialises every parameter from rng. Refuses
+ * (PSM_CONFIG_ERROR) a model whose parameters, gradients and two optimiser
+ * slots exceed psm_memory_limit(), or whose buffers cannot be allocated. */
 gboolean psm_params_finalize (PsmParams *p, PsmRng *rng, GError **error);
 /* A tensor over parameter id's data (and gradient, when g has gradients on). */
 PsmTensor *psm_param (PsmGraph *g, PsmParams *p, int id);
