@@ -189,7 +189,14 @@ psm_run_select_phase (PsmPipeline **pl, PsmModel **m, GError **error)
   char *one = phase_one_path (*pl);
   gboolean two = g_file_test (one, G_FILE_TEST_EXISTS);
   g_free (one);
-  return !two || enter_phase_two (pl, m, FALSE, error);
+  if (!two || m)
+    return !two || enter_phase_two (pl, m, FALSE, error);
+  PsmPipeline *p2 = psm_pipeline_continued (*pl, error);   /* no model yet: the pipeline alone */
+  if (!p2)
+    return FALSE;
+  psm_pipeline_free (*pl);
+  *pl = p2;
+  return TRUE;
 }
 
 gboolean

@@ -435,6 +435,14 @@ expect 0 "headline: raw text decodes with the name pointed at" "x999q" -- \
   "$run" --mode decode --input "$tmp/hl_raw.txt" "$tmp/hl.cfg" --set "run.dir=$tmp/hl_ps"
 expect 0 "headline: the softmax model of the same data" "check: OK" -- \
   "$run" --check "$tmp/hl.cfg" --set model.head.plugin=softmax
+# decoding a run that reached its second phase builds that phase's model
+# only (the task, which logs its vocabularies when created, once)
+expect 0 "headline: a two-phase run trains" "second phase" -- "$run" "$tmp/hl.cfg" --mode train \
+  --set "run.dir=$tmp/hl_2ph" --set train.steps=4 --set train.eval_every=4 --set continue.steps=2
+expect 0 "headline: raw text decodes from the second phase" "decoded 1 text .*(step 6)" -- \
+  "$run" --mode decode --input "$tmp/hl_raw.txt" "$tmp/hl.cfg" --set "run.dir=$tmp/hl_2ph" --set continue.steps=2
+[ "$(grep -c '^headline: vocabularies' "$tmp/out")" -eq 1 ] && ok "decoding a two-phase run builds one model" \
+  || bad "decoding a two-phase run builds one model"
 
 # decode.sort: articles of 3 to 36 words in batches of 4, decoded in order of
 # length and in the split's order; the same files and scores either way

@@ -359,7 +359,13 @@ run (int argc, char **argv)
     return fail (e);
   for (guint i = 0; psm_pipeline_note (pl, i); i++)
     fprintf (stderr, "psm-run: note: %s\n", psm_pipeline_note (pl, i));
-  psm_pipeline_set_eval_only (pl, strcmp (mode, "eval") == 0 || strcmp (mode, "decode") == 0);
+  gboolean eval_only = !opt_check && (strcmp (mode, "eval") == 0 || strcmp (mode, "decode") == 0);
+  psm_pipeline_set_eval_only (pl, eval_only);
+  /* eval and decode: the phase the run folder has reached, before the model is built */
+  if (eval_only && !psm_run_select_phase (&pl, NULL, &e)) {
+    psm_pipeline_free (pl);
+    return fail (e);
+  }
   PsmModel *m = psm_model_new (pl, opt_check, &e);
   if (!m) {
     psm_pipeline_free (pl);
@@ -380,8 +386,6 @@ run (int argc, char **argv)
         return 128 + to.stopped;
       }
       stopped = to.stopped != 0;
-    } else {
-      ok = psm_run_select_phase (&pl, &m, &e);
     }
     if (ok && !stopped && psm_dist_rank () == 0 && strcmp (mode, "all") == 0)
       ok = psm_run_eval (m, PSM_SPLIT_TEST, psm_model_has_decoder (m), FALSE, &e);   /* + the summaries */

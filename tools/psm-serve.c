@@ -370,6 +370,10 @@ load_run (Server *s, const char *what, GError **error)
   if (!pl)
     return FALSE;
   psm_pipeline_set_eval_only (pl, TRUE);
+  if (!psm_run_select_phase (&pl, NULL, error)) {   /* before the model: built once */
+    psm_pipeline_free (pl);
+    return FALSE;
+  }
   PsmModel *m = psm_model_new (pl, FALSE, error);
   if (m && !psm_model_has_decoder (m)) {
     g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_USAGE, "%s: serve needs a pipeline with a decoder (a summariser)",
@@ -377,7 +381,7 @@ load_run (Server *s, const char *what, GError **error)
     psm_model_free (m);
     m = NULL;
   }
-  if (!m || !psm_run_select_phase (&pl, &m, error) || !(s->checkpoint = psm_run_load_best (m, &s->step, error))) {
+  if (!m || !(s->checkpoint = psm_run_load_best (m, &s->step, error))) {
     if (m)
       psm_model_free (m);
     psm_pipeline_free (pl);

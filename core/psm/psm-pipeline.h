@@ -176,7 +176,8 @@ gboolean psm_run_check (PsmModel *m, GError **error);
  * last state as DIR/phase1.ckpt (its best as DIR/phase1.best.ckpt), then
  * continues from it; with opt->resume it picks up in whichever phase the
  * run folder stopped. psm_run_select_phase switches to the second phase
- * when the run folder has reached it (for eval and decode).
+ * when the run folder has reached it (for eval and decode); with m NULL
+ * only *pl switches, so that the model is built once, for the right phase.
  * psm_run_check_phases checks both phases. */
 gboolean psm_train_phases (PsmPipeline **pl, PsmModel **m, PsmTrainOptions *opt, GError **error);
 gboolean psm_run_select_phase (PsmPipeline **pl, PsmModel **m, GError **error);
