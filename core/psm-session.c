@@ -189,8 +189,10 @@ psm_run_select_phase (PsmPipeline **pl, PsmModel **m, GError **error)
   char *one = phase_one_path (*pl);
   gboolean two = g_file_test (one, G_FILE_TEST_EXISTS);
   g_free (one);
-  if (!two || m)
-    return !two || enter_phase_two (pl, m, FALSE, error);
+  if (!two)
+    return TRUE;
+  if (m)
+    return enter_phase_two (pl, m, FALSE, error);
   PsmPipeline *p2 = psm_pipeline_continued (*pl, error);   /* no model yet: the pipeline alone */
   if (!p2)
     return FALSE;
