@@ -274,8 +274,7 @@ size_t psm_params_size (const PsmParams *p) { return p->total; }
 float *
 psm_params_data (PsmParams *p)
 {
-  if (p->final)
-    ensure_values (p);
+  ensure_values (p);   /* (pending only after finalize) */
   return p->data;
 }
 
