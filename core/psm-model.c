@@ -137,7 +137,7 @@ psm_model_new (PsmPipeline *pl, gboolean check, GError **error)
   const PsmPlugin *tp = psm_pipeline_plugin (pl, "task");
   m->tk = tp->desc->klass;
   PsmTaskCtx tctx = { sizeof tctx, seed, check, check ? NULL : psm_pipeline_run_dir (pl),
-                      !check && psm_pipeline_eval_only (pl) };
+                      !check && psm_pipeline_eval_only (pl), !check && psm_pipeline_text_only (pl) };
   m->task = m->tk->create (psm_pipeline_section (pl, "task"), &tctx, &e);
   if (!m->task) {
     fail_create (error, e, "task", tp);

@@ -125,6 +125,7 @@ struct PsmPipeline {
   char **sets;            /* the --set assignments it was loaded with */
   gboolean continued;     /* phase two (psm_pipeline_continued) */
   gboolean eval_only;     /* psm_pipeline_set_eval_only */
+  gboolean text_only;     /* psm_pipeline_set_text_only */
 };
 
 static void
@@ -460,6 +461,7 @@ psm_pipeline_continued (const PsmPipeline *pl, GError **error)
   }
   two->continued = TRUE;
   two->eval_only = pl->eval_only;
+  two->text_only = pl->text_only;
   return two;
 }
 
@@ -470,7 +472,9 @@ psm_pipeline_note (const PsmPipeline *pl, guint i)
 }
 const char *psm_pipeline_run_dir (const PsmPipeline *pl) { return pl->run_dir; }
 void psm_pipeline_set_eval_only (PsmPipeline *pl, gboolean eval_only) { pl->eval_only = eval_only; }
-gboolean psm_pipeline_eval_only (const PsmPipeline *pl) { return pl->eval_only; }
+gboolean psm_pipeline_eval_only (const PsmPipeline *pl) { return pl->eval_only || pl->text_only; }
+void psm_pipeline_set_text_only (PsmPipeline *pl, gboolean text_only) { pl->text_only = text_only; }
+gboolean psm_pipeline_text_only (const PsmPipeline *pl) { return pl->text_only; }
 int psm_pipeline_n_metrics (const PsmPipeline *pl) { return pl->n_metrics; }
 
 const PsmSection *

@@ -240,6 +240,15 @@ grep -q "^  decoder .*(all)" "$tmp/out" && grep -q "^  optimiser" "$tmp/out" && 
 printf 'The Cat sat on the mat.\n\nA dog!\n' > "$tmp/raw.txt"
 expect 0 "decode raw text, one summary a line" "decoded 3 texts" -- "$run" --mode decode --input "$tmp/raw.txt" "$tmp/sum.cfg" --set "run.dir=$tmp/sum"
 [ "$(grep -c -v '^psm-run' "$tmp/out")" -eq 3 ] && ok "three lines in, three summaries out" || bad "three summaries out"
+grep -v '^psm-run' "$tmp/out" > "$tmp/raw_sum.txt"
+# raw text reads no data split: a validation file that is not jsonl is not
+# opened (evaluation reads it, and its error names it)
+expect 0 "decode raw text reads no split" "decoded 3 texts" -- "$run" --mode decode --input "$tmp/raw.txt" "$tmp/sum.cfg" \
+  --set "run.dir=$tmp/sum" --set "task.valid=$tmp/raw.txt"
+grep -v '^psm-run' "$tmp/out" | cmp -s - "$tmp/raw_sum.txt" && ok "the same summaries without the splits" \
+  || bad "the same summaries without the splits"
+expect 1 "evaluation still reads the validation split" "task.valid: .*raw.txt" -- "$run" --mode eval "$tmp/sum.cfg" \
+  --set "run.dir=$tmp/sum" --set "task.valid=$tmp/raw.txt"
 expect 1 "decode: a missing --input file" "nosuch.txt (--input)" -- "$run" --mode decode --input "$tmp/nosuch.txt" "$tmp/sum.cfg" --set "run.dir=$tmp/sum"
 expect 2 "--input needs a decoder" "only pipelines with a decoder decode raw text" -- \
   "$run" --mode decode --input "$tmp/raw.txt" "$tmp/tiny.cfg" --set "run.dir=$tmp/a"

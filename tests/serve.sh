@@ -38,7 +38,8 @@ expect_status () {   # expect_status CODE DESCRIPTION PATTERN BODY
   if [ "$(cat "$tmp/code")" = "$1" ] && grep -q -- "$3" "$tmp/out"; then ok "$2"; else echo "    (status $(cat "$tmp/code"), wanted $1)"; bad "$2"; fi
 }
 
-start --batch-wait 300 && ok "serve listens ($url)" || bad "serve starts"
+# (serve reads no data split: a validation file that is not jsonl is not opened)
+start --batch-wait 300 --set "task.valid=$tmp/sum.cfg" && ok "serve listens ($url)" || bad "serve starts"
 case $url in http://127.0.0.1:*) ok "it binds to 127.0.0.1 by default" ;; *) bad "it binds to 127.0.0.1 by default" ;; esac
 text="The cat sat on the mat. The dog ran in the park 3. Birds sang."
 expect_status 200 "POST /summarize: a summary" '"summary": "' "{\"text\": \"$text\", \"beam\": 3, \"min_len\": 2, \"max_len\": 6}"

@@ -21,22 +21,24 @@ static const char *train_jsonl =
   "\n"
   "{\"id\": \"f\", \"article\": \"caf\\u00e9 \\\"quoted\\\" zebra the\", \"highlights\": \"zebra caf\\u00e9 .\", \"extra\": [1, {\"x\": null}]}\n";
 
+enum { TRAIN_MODE, EVAL_ONLY, TEXT_ONLY };
+
 static void *
-make_task_mode (const PsmTaskClass **k, const char *cfg, const char *run_dir, gboolean eval_only, GError **e)
+make_task_mode (const PsmTaskClass **k, const char *cfg, const char *run_dir, int mode, GError **e)
 {
   const PsmPluginDesc *d = psm_test_plugin (PSM_KIND_TASK, "cnndm");
   *k = d->klass;
   char *errs = NULL;
   const PsmSection *sec = psm_test_section (cfg, "task", d->params, &errs);
   ck_assert_msg (sec, "%s", errs);
-  PsmTaskCtx ctx = { sizeof ctx, 1, FALSE, run_dir, eval_only };
+  PsmTaskCtx ctx = { sizeof ctx, 1, FALSE, run_dir, mode != TRAIN_MODE, mode == TEXT_ONLY };
   return (*k)->create (sec, &ctx, e);
 }
 
 static void *
 make_task (const PsmTaskClass **k, const char *cfg, const char *run_dir, GError **e)
 {
-  return make_task_mode (k, cfg, run_dir, FALSE, e);
+  return make_task_mode (k, cfg, run_dir, TRAIN_MODE, e);
 }
 
 START_TEST (test_records_and_vocab)
@@ -111,7 +113,7 @@ START_TEST (test_records_and_vocab)
   char *bad = psm_test_write_file ("none.jsonl", "not json\n");
   char *cfg_e = g_strdup_printf ("plugin = \"cnndm\"; train = \"%s\"; valid = \"%s\"; vocab = 12; "
                                  "max_src = 6; max_tgt = 3;", bad, tr);
-  void *t3 = make_task_mode (&k, cfg_e, psm_test_dir (), TRUE, &e);
+  void *t3 = make_task_mode (&k, cfg_e, psm_test_dir (), EVAL_ONLY, &e);
   ck_assert_msg (t3, "%s", e ? e->message : "");
   ck_assert_int_eq (k->n_examples (t3, PSM_SPLIT_TRAIN), 0);
   ck_assert_int_eq (k->n_examples (t3, PSM_SPLIT_TEST), 3);
@@ -128,9 +130,35 @@ START_TEST (test_records_and_vocab)
   ck_assert_msg (strstr (e->message, "none.jsonl"), "%s", e->message);
   g_clear_error (&e);
   g_free (cfg_e);
+  /* text-only in the run folder: no split is read (none has a valid record
+   * here, and eval-only needs the validation one); raw text reads the same */
+  char *cfg_t = g_strdup_printf ("plugin = \"cnndm\"; train = \"%s\"; valid = \"%s\"; vocab = 12; "
+                                 "max_src = 6; max_tgt = 3;", bad, bad);
+  ck_assert (make_task_mode (&k, cfg_t, psm_test_dir (), EVAL_ONLY, &e) == NULL);
+  ck_assert_msg (strstr (e->message, "task.valid: ") && strstr (e->message, "none.jsonl"), "%s", e->message);
+  g_clear_error (&e);
+  void *t5 = make_task_mode (&k, cfg_t, psm_test_dir (), TEXT_ONLY, &e);
+  ck_assert_msg (t5, "%s", e ? e->message : "");
+  for (int sp = PSM_SPLIT_TRAIN; sp <= PSM_SPLIT_TEST; sp++)
+    ck_assert_int_eq (k->n_examples (t5, (PsmSplit) sp), 0);
+  const char *raw[2] = { "The cat sat on a zebra .", "the dog ." };
+  PsmBatch b3;
+  psm_batch_init (&b3);
+  ck_assert (k->text_batch (t, raw, 2, &b2, NULL));
+  ck_assert (k->text_batch (t5, raw, 2, &b3, NULL));
+  ck_assert_int_eq (b2.T, b3.T);
+  ck_assert (memcmp (b2.src_ext, b3.src_ext, sizeof (int32_t) * b2.T * b2.B) == 0);
+  ck_assert_str_eq (k->token_text (t5, &b3, 0, PSM_AT (b3.src_ext, &b3, 5, 0)), "zebra");
+  psm_batch_clear (&b3);
+  k->destroy (t5);
+  /* with no saved vocabulary it must still read the training split */
+  ck_assert (make_task_mode (&k, cfg_t, NULL, TEXT_ONLY, &e) == NULL);
+  ck_assert_msg (strstr (e->message, "task.train: ") && strstr (e->message, "none.jsonl"), "%s", e->message);
+  g_clear_error (&e);
+  g_free (cfg_t);
   g_free (bad);
   /* eval-only without a saved vocabulary builds it from the training split */
-  void *t4 = make_task_mode (&k, cfg, NULL, TRUE, &e);
+  void *t4 = make_task_mode (&k, cfg, NULL, EVAL_ONLY, &e);
   ck_assert_msg (t4, "%s", e ? e->message : "");
   ck_assert_int_eq (k->n_examples (t4, PSM_SPLIT_TRAIN), 0);
   ck_assert (k->eval_batch (t4, PSM_SPLIT_TEST, 0, 3, &b2, NULL));

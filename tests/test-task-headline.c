@@ -18,9 +18,10 @@ static const char *art_txt = "police arrest zorglub in paris .\npolice arrest ma
                              "police find blorg near city .\nman sees city .\n";
 static const char *tit_txt = "police arrest zorglub\npolice arrest man\npolice find blorg\nman sees qux\n";
 
+enum { TRAIN_MODE, EVAL_ONLY, TEXT_ONLY };
+
 static void *
-make_task_mode (const PsmTaskClass **k, const char *files, const char *extra, const char *run_dir, gboolean eval_only,
-                GError **e)
+make_task_mode (const PsmTaskClass **k, const char *files, const char *extra, const char *run_dir, int mode, GError **e)
 {
   const PsmPluginDesc *d = psm_test_plugin (PSM_KIND_TASK, "headline");
   *k = d->klass;
@@ -29,14 +30,14 @@ make_task_mode (const PsmTaskClass **k, const char *files, const char *extra, co
   const PsmSection *sec = psm_test_section (cfg, "task", d->params, &errs);
   ck_assert_msg (sec, "%s", errs);
   g_free (cfg);
-  PsmTaskCtx ctx = { sizeof ctx, 1, FALSE, run_dir, eval_only };
+  PsmTaskCtx ctx = { sizeof ctx, 1, FALSE, run_dir, mode != TRAIN_MODE, mode == TEXT_ONLY };
   return (*k)->create (sec, &ctx, e);
 }
 
 static void *
 make_task (const PsmTaskClass **k, const char *files, const char *extra, const char *run_dir, GError **e)
 {
-  return make_task_mode (k, files, extra, run_dir, FALSE, e);
+  return make_task_mode (k, files, extra, run_dir, TRAIN_MODE, e);
 }
 
 static char *
@@ -116,7 +117,7 @@ START_TEST (test_unk_pointers)
   g_free (psm_test_write_file ("bad.title.txt", "police arrest zorglub\n"));
   char *files_e = g_strdup_printf ("train = \"%s/bad.article.txt\"; valid = \"%s/tr.article.txt\"; "
                                    "test = \"%s/tr.article.txt\";", psm_test_dir (), psm_test_dir (), psm_test_dir ());
-  t = make_task_mode (&k, files_e, "min_count = 2; style = \"none\";", psm_test_dir (), TRUE, &e);
+  t = make_task_mode (&k, files_e, "min_count = 2; style = \"none\";", psm_test_dir (), EVAL_ONLY, &e);
   ck_assert_msg (t, "%s", e ? e->message : "");
   k->info (t, &info);
   ck_assert_int_eq (info.tgt_vocab, 7);
@@ -133,6 +134,30 @@ START_TEST (test_unk_pointers)
   ck_assert_msg (strstr (e->message, "task.train: "), "%s", e->message);
   g_clear_error (&e);
   g_free (files_e);
+  /* decoding raw text: no split is read (all three are bad here); the
+   * vocabularies and the raw text's ids are those of the full task */
+  char *files_t = g_strdup_printf ("train = \"%s/bad.article.txt\"; valid = \"%s/bad.article.txt\"; "
+                                   "test = \"%s/bad.article.txt\";", psm_test_dir (), psm_test_dir (), psm_test_dir ());
+  ck_assert (!make_task_mode (&k, files_t, "min_count = 2; style = \"none\";", psm_test_dir (), EVAL_ONLY, &e));
+  ck_assert_msg (strstr (e->message, "task.valid: "), "%s", e->message);
+  g_clear_error (&e);
+  t = make_task_mode (&k, files_t, "min_count = 2; style = \"none\";", psm_test_dir (), TEXT_ONLY, &e);
+  ck_assert_msg (t, "%s", e ? e->message : "");
+  k->info (t, &info);
+  ck_assert_int_eq (info.src_vocab, 11);
+  ck_assert_int_eq (info.tgt_vocab, 7);
+  for (int sp = PSM_SPLIT_TRAIN; sp <= PSM_SPLIT_TEST; sp++)
+    ck_assert_int_eq (k->n_examples (t, (PsmSplit) sp), 0);
+  ck_assert (k->text_batch (t, raw, 1, &b, &e));
+  ck_assert_int_eq (b.T, 6);
+  ck_assert_str_eq (text (k, t, &b, 0, PSM_AT (b.src_ext, &b, 0, 0)), "police");
+  ck_assert_str_eq (text (k, t, &b, 0, PSM_AT (b.src_ext, &b, 2, 0)), "zorglub");
+  k->destroy (t);
+  /* without the saved vocabularies the training split is still needed */
+  ck_assert (!make_task_mode (&k, files_t, "min_count = 2; style = \"none\";", NULL, TEXT_ONLY, &e));
+  ck_assert_msg (strstr (e->message, "task.train: "), "%s", e->message);
+  g_clear_error (&e);
+  g_free (files_t);
   void *bad = make_task (&k, files, "min_count = 2; style = \"none\"; tgt_vocab = 6;", psm_test_dir (), &e);
   ck_assert (!bad);
   ck_assert_msg (strstr (e->message, "tgt_vocab.txt: holds 7 words, more than task.tgt_vocab 6"), "%s", e->message);

@@ -361,6 +361,7 @@ run (int argc, char **argv)
     fprintf (stderr, "psm-run: note: %s\n", psm_pipeline_note (pl, i));
   gboolean eval_only = !opt_check && (strcmp (mode, "eval") == 0 || strcmp (mode, "decode") == 0);
   psm_pipeline_set_eval_only (pl, eval_only);
+  psm_pipeline_set_text_only (pl, eval_only && opt_input != NULL);   /* raw text: no split is read */
   /* eval and decode: the phase the run folder has reached, before the model is built */
   if (eval_only && !psm_run_select_phase (&pl, NULL, &e)) {
     psm_pipeline_free (pl);

@@ -39,6 +39,12 @@ const char *psm_pipeline_run_dir (const PsmPipeline *pl);
  * (PsmTaskCtx.eval_only). Carried into the second phase. Default FALSE. */
 void psm_pipeline_set_eval_only (PsmPipeline *pl, gboolean eval_only);
 gboolean psm_pipeline_eval_only (const PsmPipeline *pl);
+/* Models built from pl only decode raw text (psm-run --mode decode --input,
+ * psm-run serve): the task is told it may leave every split unread
+ * (PsmTaskCtx.text_only). Implies eval_only. Carried into the second phase.
+ * Default FALSE. */
+void psm_pipeline_set_text_only (PsmPipeline *pl, gboolean text_only);
+gboolean psm_pipeline_text_only (const PsmPipeline *pl);
 /* Writes the pipeline with overrides applied. */
 gboolean psm_pipeline_write (const PsmPipeline *pl, const char *path, GError **error);
 

@@ -53,9 +53,11 @@ G_BEGIN_DECLS
  * PSM_DECODER_LIVE_ROWS (teacher-forced steps on the rows whose targets
  * have not ended), psm_additive_attention over a query of R <= B rows. 1.13:
  * psm_gru_seq_cols (a GRU sequence on columns of a wider projection, in
- * either direction: bigru's backward half as one op). */
+ * either direction: bigru's backward half as one op). 1.14:
+ * PsmTaskCtx.text_only (decoding raw text: a task may read none of its
+ * splits). */
 #define PSM_ABI_MAJOR 1
-#define PSM_ABI_MINOR 13
+#define PSM_ABI_MINOR 14
 #define PSM_PLUGIN_ENTRY_SYMBOL "psm_plugin_entry"
 
 typedef enum {

@@ -23,6 +23,12 @@ typedef struct {
    * (PSM_SPLIT_TRAIN) with 0. Read it only if ctx->size covers it:
  * PSM_STRUCT_FIELD (ctx, eval_only, FALSE). */
   gboolean eval_only;
+  /* ABI 1.14: the run decodes raw text alone (psm-run --mode decode
+   * --input, psm-run serve): no split is used, only text_batch and
+   * token_text. Set with eval_only. A task may then read none of its splits
+   * when run_dir has what save() wrote, and answer n_examples with 0 for
+   * every split. Read it as PSM_STRUCT_FIELD (ctx, text_only, FALSE). */
+  gboolean text_only;
 } PsmTaskCtx;
 
 typedef struct {

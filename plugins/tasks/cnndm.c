@@ -177,12 +177,14 @@ cn_create (const PsmSection *cfg, const PsmTaskCtx *ctx, GError **error)
   Texts x[3] = { { 0 } };
   gboolean ok = TRUE;
   /* evaluating or decoding a trained run: its vocabulary is in the run
-   * folder and the training split is not read at all */
+   * folder and the training split is not read at all; decoding raw text
+   * reads no split */
   gboolean eval_only = PSM_STRUCT_FIELD (ctx, eval_only, FALSE);
+  gboolean text_only = PSM_STRUCT_FIELD (ctx, text_only, FALSE);
   char *vpath = ctx->run_dir ? g_build_filename (ctx->run_dir, "vocab.txt", NULL) : NULL;
   gboolean saved_vocab = vpath && g_file_test (vpath, G_FILE_TEST_EXISTS);
   for (int k = 0; k < 3 && ok; k++) {
-    if (k == 0 && eval_only && saved_vocab)
+    if (saved_vocab && (text_only || (k == 0 && eval_only)))
       continue;
     ok = read_split (paths[k], max[k], k == 2 && !*test, &x[k], error);
     if (!ok && error && *error)
@@ -203,7 +205,8 @@ cn_create (const PsmSection *cfg, const PsmTaskCtx *ctx, GError **error)
   }
   g_free (vpath);
   for (int k = eval_only ? 1 : 0; k < 3 && ok; k++)   /* eval_only: no training examples */
-    fill_split (t, &t->split[k], &x[k]);
+    if (x[k].article)   /* (text_only: no split read) */
+      fill_split (t, &t->split[k], &x[k]);
   texts_free (&x[0]);
   for (int k = 1; k < 3; k++)
     t->text[k] = x[k];   /* kept whole for the text metrics */

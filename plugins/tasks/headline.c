@@ -403,12 +403,15 @@ hl_create (const PsmSection *cfg, const PsmTaskCtx *ctx, GError **error)
   Pairs p[3] = { { 0 } };
   gboolean ok = TRUE;
   /* evaluating or decoding a trained run: its vocabularies are in the run
-   * folder and the training split is not read at all */
+   * folder and the training split is not read at all; decoding raw text
+   * reads no split */
   gboolean eval_only = PSM_STRUCT_FIELD (ctx, eval_only, FALSE);
+  gboolean text_only = PSM_STRUCT_FIELD (ctx, text_only, FALSE);
   char *saved_path = ctx->run_dir ? g_build_filename (ctx->run_dir, "tgt_vocab.txt", NULL) : NULL;
   gboolean saved = saved_path && g_file_test (saved_path, G_FILE_TEST_EXISTS);
   g_free (saved_path);
-  for (int k = eval_only && saved ? 1 : 0; k < 3 && ok; k++) {
+  int first = eval_only && saved ? 1 : 0, end = text_only && saved ? 0 : 3;
+  for (int k = first; k < end && ok; k++) {
     ok = read_pairs (t, psm_section_string (cfg, names[k]), k == 0 ? max_train : ctx->check ? 8 : 0, &p[k], error);
     if (!ok && error && *error)
       g_prefix_error (error, "task.%s: ", names[k]);
@@ -429,15 +432,19 @@ hl_create (const PsmSection *cfg, const PsmTaskCtx *ctx, GError **error)
   if (ok && ctx->check && t->lvt > 0)
     t->lvt = MIN (t->lvt, MAX (t->Vt / 2, N_SPECIAL + 1));   /* tiny vocabularies: still exercise it */
   for (int k = 0; k < 3 && ok; k++)
-    if (p[k].src)   /* (eval_only: no training examples) */
+    if (p[k].src)   /* (eval_only: no training examples; text_only: none at all) */
       fill_split (t, &t->split[k], &p[k]);
   for (int k = 0; k < 3; k++)
     pairs_free (&p[k]);
-  if (ok) {
+  if (ok && text_only && saved) {
+    fprintf (stderr, "headline: vocabularies %d source, %d target words (from %s)\n", t->Vs, t->Vt, ctx->run_dir);
+  } else if (ok) {
     fprintf (stderr, "headline: vocabularies %d source, %d target words (seen >= %d times); %s-pointers per 100 "
              "examples: train %.1f, valid %.1f, test %.1f\n", t->Vs, t->Vt, t->min_count, mode,
              100.0 * t->split[0].pointers / MAX (t->split[0].n, 1), 100.0 * t->split[1].pointers / MAX (t->split[1].n, 1),
              100.0 * t->split[2].pointers / MAX (t->split[2].n, 1));
+  }
+  if (ok) {
     t->mark = g_new0 (guint8, t->Vt);
     t->cand = g_new (int32_t, t->Vt);
   }
