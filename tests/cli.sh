@@ -249,6 +249,11 @@ grep -v '^psm-run' "$tmp/out" | cmp -s - "$tmp/raw_sum.txt" && ok "the same summ
   || bad "the same summaries without the splits"
 expect 1 "evaluation still reads the validation split" "task.valid: .*raw.txt" -- "$run" --mode eval "$tmp/sum.cfg" \
   --set "run.dir=$tmp/sum" --set "task.valid=$tmp/raw.txt"
+# a run folder without its vocabulary: built again from the training
+# split, with a note saying so
+cp -r "$tmp/sum" "$tmp/sum_novocab" && rm "$tmp/sum_novocab/vocab.txt"
+expect 0 "decoding without the saved vocabulary says it is built again" "vocab.txt is missing: the vocabulary is built again" -- \
+  "$run" --mode decode --input "$tmp/raw.txt" "$tmp/sum.cfg" --set "run.dir=$tmp/sum_novocab"
 expect 1 "decode: a missing --input file" "nosuch.txt (--input)" -- "$run" --mode decode --input "$tmp/nosuch.txt" "$tmp/sum.cfg" --set "run.dir=$tmp/sum"
 expect 2 "--input needs a decoder" "only pipelines with a decoder decode raw text" -- \
   "$run" --mode decode --input "$tmp/raw.txt" "$tmp/tiny.cfg" --set "run.dir=$tmp/a"
@@ -309,6 +314,11 @@ else bad "lm: validation perplexity falls ($first -> $last)"; fi
 test_ppl=$(grep '^test (' "$tmp/out" | sed 's/.*perplexity \([0-9.]*\).*/\1/')
 expect 0 "lm: eval in the run folder gives the same perplexity" "perplexity $test_ppl" -- \
   "$run" --mode eval "$tmp/lm.cfg"
+cp -r "$tmp/lmrun" "$tmp/lmrun_novocab" && rm "$tmp/lmrun_novocab/vocab.txt"
+expect 0 "lm: eval without the saved vocabulary: built again, a note, the same perplexity" \
+  "vocab.txt is missing: the vocabulary is built again" -- "$run" --mode eval "$tmp/lm.cfg" --set "run.dir=$tmp/lmrun_novocab"
+grep -q "perplexity $test_ppl" "$tmp/out" && ok "lm: the same perplexity with the vocabulary built again" \
+  || bad "lm: the same perplexity with the vocabulary built again"
 sed 's/model = {/model = { decoder = { plugin = "lstm_attn"; };/' "$tmp/lm.cfg" > "$tmp/lm_dec.cfg"
 expect 2 "lm: a decoder is refused" "language model over streams" -- "$run" --check "$tmp/lm_dec.cfg"
 
@@ -442,6 +452,10 @@ copied=$(awk '{ for (i = 1; i <= NF; i++) if ($i ~ /^x10[0-5]q$/) n++ } END { pr
 printf 'The minister met X999Q in Rome.\n' > "$tmp/hl_raw.txt"
 expect 0 "headline: raw text decodes with the name pointed at" "x999q" -- \
   "$run" --mode decode --input "$tmp/hl_raw.txt" "$tmp/hl.cfg" --set "run.dir=$tmp/hl_ps"
+cp -r "$tmp/hl_ps" "$tmp/hl_novocab" && rm "$tmp/hl_novocab/tgt_vocab.txt"
+expect 0 "headline: without the saved vocabularies, a note that they are built again" \
+  "tgt_vocab.txt is missing: the vocabularies are built again" -- \
+  "$run" --mode decode --input "$tmp/hl_raw.txt" "$tmp/hl.cfg" --set "run.dir=$tmp/hl_novocab"
 expect 0 "headline: the softmax model of the same data" "check: OK" -- \
   "$run" --check "$tmp/hl.cfg" --set model.head.plugin=softmax
 # decoding a run that reached its second phase builds that phase's model

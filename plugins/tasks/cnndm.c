@@ -183,6 +183,9 @@ cn_create (const PsmSection *cfg, const PsmTaskCtx *ctx, GError **error)
   gboolean text_only = PSM_STRUCT_FIELD (ctx, text_only, FALSE);
   char *vpath = ctx->run_dir ? g_build_filename (ctx->run_dir, "vocab.txt", NULL) : NULL;
   gboolean saved_vocab = vpath && g_file_test (vpath, G_FILE_TEST_EXISTS);
+  if (eval_only && vpath && !saved_vocab)
+    fprintf (stderr, "cnndm: note: %s is missing: the vocabulary is built again from %s, which must be the data "
+             "the run was trained on\n", vpath, paths[0]);
   for (int k = 0; k < 3 && ok; k++) {
     if (saved_vocab && (text_only || (k == 0 && eval_only)))
       continue;

@@ -409,6 +409,9 @@ hl_create (const PsmSection *cfg, const PsmTaskCtx *ctx, GError **error)
   gboolean text_only = PSM_STRUCT_FIELD (ctx, text_only, FALSE);
   char *saved_path = ctx->run_dir ? g_build_filename (ctx->run_dir, "tgt_vocab.txt", NULL) : NULL;
   gboolean saved = saved_path && g_file_test (saved_path, G_FILE_TEST_EXISTS);
+  if (eval_only && saved_path && !saved)
+    fprintf (stderr, "headline: note: %s is missing: the vocabularies are built again from %s, which must be the "
+             "data the run was trained on\n", saved_path, psm_section_string (cfg, "train"));
   g_free (saved_path);
   int first = eval_only && saved ? 1 : 0, end = text_only && saved ? 0 : 3;
   for (int k = first; k < end && ok; k++) {

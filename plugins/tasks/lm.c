@@ -189,10 +189,14 @@ lm_create (const PsmSection *cfg, const PsmTaskCtx *ctx, GError **error)
   const char *names[3] = { "train", "valid", "test" };
   char *vpath = ctx->run_dir ? g_build_filename (ctx->run_dir, "vocab.txt", NULL) : NULL;
   gboolean ok;
-  if (vpath && g_file_test (vpath, G_FILE_TEST_EXISTS))
+  if (vpath && g_file_test (vpath, G_FILE_TEST_EXISTS)) {
     ok = psm_vocab_load (t->vocab, vpath, NULL, error);
-  else
+  } else {
+    if (eval_only && vpath)
+      fprintf (stderr, "lm: note: %s is missing: the vocabulary is built again from %s, which must be the data the "
+               "run was trained on\n", vpath, psm_section_string (cfg, "train"));
     ok = build_vocab (t, psm_section_string (cfg, "train"), error);
+  }
   g_free (vpath);
   if (ok) {
     t->unk = psm_vocab_id (t->vocab, "<unk>");
