@@ -1652,7 +1652,8 @@ psm_model_decode_texts (PsmModel *m, const char *const *texts, int n, const PsmE
   GTimer *timer = g_timer_new ();
   for (int start = 0; start < n && ok; start += EB) {
     int B = MIN (EB, n - start);
-    ok = text_batch (m->task, texts + start, B, &m->batch, error);
+    ok = text_batch (m->task, texts + start, B, &m->batch, error) &&
+         psm_batch_validate (&m->batch, &m->info, B, m->task_name, error);   /* as every batch of a task */
     if (ok && m->batch.example_id)
       for (int i = 0; i < m->batch.B; i++)
         m->batch.example_id[i] = start + i;   /* the line, for --json */

@@ -191,6 +191,25 @@ expect 1 "bad evaluation batch is an error too" "task plugin 'bad' returned a ba
   "$run" --check "$tmp/bad.cfg" --set task.defect=src_id --set task.where=eval
 expect 1 "a task that describes itself wrongly" "task plugin 'bad' describes itself wrongly: tgt_vocab < 1" -- \
   "$run" --check "$tmp/bad.cfg" --set task.defect=info
+# and the batches of raw text (decoding --input, serve) are checked too
+cat > "$tmp/badtext.cfg" <<CFG
+task = { plugin = "bad"; where = "text"; };
+model = { embedding = { dim = 4; }; encoder = { plugin = "bigru"; hidden = 4; }; decoder = { plugin = "gru_attn"; };
+          head = { plugin = "softmax"; }; };
+train = { batch = 4; steps = 2; eval_every = 2; optimizer = { lr = 0.05; }; };
+decode = { beam = 1; min_len = 0; max_len = 2; };
+metrics = ( "error_rate" );
+CFG
+printf 'a b c\n' > "$tmp/abc.txt"
+expect 0 "the fixture task as a sequence-to-sequence one trains" "trained 2 steps" -- \
+  "$run" --mode train "$tmp/badtext.cfg" --set "run.dir=$tmp/badtext"
+expect 0 "its raw-text batch without defects decodes" "decoded 1 text" -- \
+  "$run" --mode decode --input "$tmp/abc.txt" "$tmp/badtext.cfg" --set "run.dir=$tmp/badtext"
+for d in "src_id:src\[step 2, example 0\] = 10 is outside the source vocabulary \[0, 10)" \
+         "too_many:2 examples (asked for at most 1)"; do
+  expect 1 "bad raw-text batch (${d%%:*}) is an error naming the task" "task plugin 'bad' returned a bad batch: ${d#*:}" -- \
+    "$run" --mode decode --input "$tmp/abc.txt" "$tmp/badtext.cfg" --set "run.dir=$tmp/badtext" --set task.defect="${d%%:*}"
+done
 expect 1 "a metric reporting too many values is an error" "metric plugin 'toomany' reported 17 values (a report holds 0 to 16 named values)" -- \
   "$run" --check "$tmp/bad.cfg" --set metrics=error_rate,toomany
 
