@@ -2,7 +2,7 @@
  * pipeline reader with --set overrides, the checkpoint reader, and the task
  * plugins' data readers (CNN/DailyMail jsonl and .source/.target, the
  * headline task's article/title files, PTB/WikiText, the NMT task's
- * parallel text and lexicon TSV),
+ * parallel text and lexicon TSV, and the vocabularies a run folder keeps),
  * and what the tools read: psm-run view's decoded records and psm-run
  * serve's request bodies; and a language model's training-stream state
  * (read from a checkpoint, merged from MPI ranks).
@@ -269,11 +269,13 @@ must_hold (gboolean ok, GError *const *e)
   }
 }
 
-/* Creates task plugin name from the section body cfg, and if it reads
- * its files, counts and draws a few batches of each split, each checked
- * as the core checks them. */
+/* Creates task plugin name from the section body cfg (in run folder
+ * run_dir, when not NULL, as psm-run --mode eval does, or as decoding raw
+ * text does when text_only), and if it reads its files, counts and draws a
+ * few batches of each split, and with text_only a batch of raw text, each
+ * checked as the core checks them. */
 static void
-run_task (const char *name, const char *cfg)
+run_task_in (const char *name, const char *cfg, const char *run_dir, gboolean text_only)
 {
   GError *e = NULL;
   const PsmPlugin *pl = psm_plugin_find (PSM_KIND_TASK, name, &e);
@@ -294,7 +296,7 @@ run_task (const char *name, const char *cfg)
   psm_validate_group ("fuzz.cfg", grp, "task", pl->desc->params, extra, errs);
   if (errs->len == 0) {
     PsmSection *sec = psm_section_new (pl->desc->params, grp, "task", "fuzz.cfg");
-    PsmTaskCtx ctx = { sizeof ctx, 1, FALSE, NULL, FALSE };
+    PsmTaskCtx ctx = { sizeof ctx, 1, FALSE, run_dir, run_dir != NULL, text_only };
     void *t = k->create (sec, &ctx, &e);
     if (t) {
       PsmTaskInfo info;
@@ -322,6 +324,17 @@ run_task (const char *name, const char *cfg)
           must_hold (psm_batch_validate (&b, &info, 3, name, &e), &e);
         g_clear_error (&e);
       }
+      gboolean (*text_batch) (void *, const char *const *, int, PsmBatch *, GError **) =
+        PSM_CLASS_HOOK (k, text_batch);
+      const char *texts[3] = { "The cat sat on the mat.", "", "Zorglub met X999Q in Paris; \"no\", he said . <unk>" };
+      if (text_only && text_batch && text_batch (t, texts, 3, &b, &e)) {
+        must_hold (psm_batch_validate (&b, &info, 3, name, &e), &e);
+        for (int i = 0; i < b.B; i++)
+          for (int p = 0; p < b.T; p++)
+            if (PSM_AT (b.src_mask, &b, p, i) > 0 && !k->token_text (t, &b, i, PSM_AT (b.src_ext, &b, p, i)))
+              abort ();
+      }
+      g_clear_error (&e);
       psm_batch_clear (&b);
       k->destroy (t);
     }
@@ -330,6 +343,12 @@ run_task (const char *name, const char *cfg)
   }
   g_ptr_array_unref (errs);
   config_destroy (&c);
+}
+
+static void
+run_task (const char *name, const char *cfg)
+{
+  run_task_in (name, cfg, NULL, FALSE);
 }
 
 static int
@@ -435,6 +454,44 @@ psm_fuzz_nmt (const uint8_t *d, size_t n)
   return 0;
 }
 
+/* A run folder's saved vocabularies: vocab.txt, then "\n%%\n", src_vocab.txt,
+ * "\n%%\n" and tgt_vocab.txt. cnndm (vocab.txt) and headline (the other two)
+ * read them to decode raw text, reading no split; lm evaluates its splits
+ * with vocab.txt. */
+static int
+psm_fuzz_saved_vocab (const uint8_t *d, size_t n)
+{
+  static char *text;
+  if (!text) {
+    const char *s = "the cat sat on the mat .\na dog ran <unk> .\n";
+    text = put ("text.txt", s, strlen (s));
+  }
+  char *rest;
+  char *v = split_input (d, n, &rest);
+  char *tgt = rest ? strstr (rest, "\n%%\n") : NULL;
+  if (tgt) {
+    *tgt = '\0';
+    tgt += 4;
+  }
+  g_free (put ("vocab.txt", v, strlen (v)));
+  g_free (put ("src_vocab.txt", rest ? rest : "", rest ? strlen (rest) : 0));
+  g_free (put ("tgt_vocab.txt", tgt ? tgt : "", tgt ? strlen (tgt) : 0));
+  char *cfg = g_strdup_printf ("plugin = \"cnndm\"; train = \"%s\"; valid = \"%s\"; vocab = 10; max_src = 8; "
+                               "max_tgt = 4;", text, text);
+  run_task_in ("cnndm", cfg, dir, TRUE);
+  g_free (cfg);
+  cfg = g_strdup_printf ("plugin = \"headline\"; train = \"%s\"; valid = \"%s\"; test = \"%s\"; src_vocab = 12; "
+                         "tgt_vocab = 8; lvt = 6; max_src = 8; max_tgt = 4;", text, text, text);
+  run_task_in ("headline", cfg, dir, TRUE);
+  g_free (cfg);
+  cfg = g_strdup_printf ("plugin = \"lm\"; train = \"%s\"; valid = \"%s\"; test = \"%s\"; bptt = 3;", text, text,
+                         text);
+  run_task_in ("lm", cfg, dir, FALSE);
+  g_free (cfg);
+  g_free (v);
+  return 0;
+}
+
 /* psm-run view: a decoded record (one --json line) checked, then with its
  * per-example ROUGE added (the rouge plugin, when on the path). */
 static int
@@ -495,5 +552,6 @@ const PsmFuzzTarget psm_fuzz_targets[] = {
   { "view_record", psm_fuzz_view_record },
   { "serve_request", psm_fuzz_serve_request },
   { "stream_state", psm_fuzz_stream_state },
+  { "saved_vocab", psm_fuzz_saved_vocab },
   { NULL, NULL }
 };

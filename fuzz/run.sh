@@ -22,7 +22,7 @@ set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 secs=${1:-60}
 [ $# -gt 0 ] && shift
-targets=${*:-pipeline checkpoint cnndm_jsonl cnndm_lines headline lm nmt view_record serve_request stream_state}
+targets=${*:-pipeline checkpoint cnndm_jsonl cnndm_lines headline lm nmt view_record serve_request stream_state saved_vocab}
 build=${PSM_FUZZ_BUILD:-$top/_fuzz}
 command -v clang > /dev/null || { echo "fuzz/run.sh: needs clang (apt-get install clang libclang-rt-dev)"; exit 2; }
 san="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
