@@ -182,7 +182,7 @@ psm_train_phases (PsmPipeline **pl, PsmModel **m, PsmTrainOptions *opt, GError *
 }
 
 gboolean
-psm_run_select_phase (PsmPipeline **pl, PsmModel **m, GError **error)
+psm_run_select_phase (PsmPipeline **pl, GError **error)
 {
   if (!psm_pipeline_has_continue (*pl))
     return TRUE;
@@ -191,9 +191,7 @@ psm_run_select_phase (PsmPipeline **pl, PsmModel **m, GError **error)
   g_free (one);
   if (!two)
     return TRUE;
-  if (m)
-    return enter_phase_two (pl, m, FALSE, error);
-  PsmPipeline *p2 = psm_pipeline_continued (*pl, error);   /* no model yet: the pipeline alone */
+  PsmPipeline *p2 = psm_pipeline_continued (*pl, error);
   if (!p2)
     return FALSE;
   psm_pipeline_free (*pl);

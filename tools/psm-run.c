@@ -363,7 +363,7 @@ run (int argc, char **argv)
   psm_pipeline_set_eval_only (pl, eval_only);
   psm_pipeline_set_text_only (pl, eval_only && opt_input != NULL);   /* raw text: no split is read */
   /* eval and decode: the phase the run folder has reached, before the model is built */
-  if (eval_only && !psm_run_select_phase (&pl, NULL, &e)) {
+  if (eval_only && !psm_run_select_phase (&pl, &e)) {
     psm_pipeline_free (pl);
     return fail (e);
   }

@@ -370,7 +370,7 @@ load_run (Server *s, const char *what, GError **error)
   if (!pl)
     return FALSE;
   psm_pipeline_set_text_only (pl, TRUE);   /* raw text only: no split is read */
-  if (!psm_run_select_phase (&pl, NULL, error)) {   /* before the model: built once */
+  if (!psm_run_select_phase (&pl, error)) {   /* before the model: built once */
     psm_pipeline_free (pl);
     return FALSE;
   }

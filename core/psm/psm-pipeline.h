@@ -182,11 +182,11 @@ gboolean psm_run_check (PsmModel *m, GError **error);
  * last state as DIR/phase1.ckpt (its best as DIR/phase1.best.ckpt), then
  * continues from it; with opt->resume it picks up in whichever phase the
  * run folder stopped. psm_run_select_phase switches to the second phase
- * when the run folder has reached it (for eval and decode); with m NULL
- * only *pl switches, so that the model is built once, for the right phase.
+ * when the run folder has reached it (for eval and decode), before the
+ * model is built, so that it is built once, for the right phase.
  * psm_run_check_phases checks both phases. */
 gboolean psm_train_phases (PsmPipeline **pl, PsmModel **m, PsmTrainOptions *opt, GError **error);
-gboolean psm_run_select_phase (PsmPipeline **pl, PsmModel **m, GError **error);
+gboolean psm_run_select_phase (PsmPipeline **pl, GError **error);
 gboolean psm_run_check_phases (PsmPipeline **pl, PsmModel **m, GError **error);
 
 /* psm-run score: the text metrics named (NULL-terminated) over line-aligned
