@@ -348,7 +348,12 @@ psm_dotf (const float *a, const float *b, int n)
  * C[M, 0..n) = A[M, K] op(B) and writes zeros up to the next multiple of
  * PSM_PACK_NR columns, so ldc must leave room for them. Panel p of a packing
  * starts at float p * K * PSM_PACK_NR, so threads can pack panels apart. */
-#if defined (__AVX512F__)
+#if defined (PSM_FORCE_VL)
+/* a width other than the target's registers' (e.g. -DPSM_FORCE_VL=16 on an
+ * AVX2 machine): the layouts and loops of an AVX-512 build, in vectors GCC
+ * splits, so that its tests can run on a CPU without AVX-512 */
+#define PSM_PACK_VL PSM_FORCE_VL
+#elif defined (__AVX512F__)
 #define PSM_PACK_VL 16   /* floats per vector register */
 #elif defined (__AVX__)
 #define PSM_PACK_VL 8

@@ -118,11 +118,11 @@ av_store (float *p, av x)
 static inline av
 av_clamp9 (av x)
 {
-#if AV == 16
+#if AV == 16 && defined (__AVX512F__)
   return (av) _mm512_min_ps (_mm512_max_ps ((__m512) x, _mm512_set1_ps (-9.0f)), _mm512_set1_ps (9.0f));
-#elif AV == 8
+#elif AV == 8 && defined (__AVX__)
   return (av) _mm256_min_ps (_mm256_max_ps ((__m256) x, _mm256_set1_ps (-9.0f)), _mm256_set1_ps (9.0f));
-#elif defined (__SSE__)
+#elif AV == 4 && defined (__SSE__)
   return (av) _mm_min_ps (_mm_max_ps ((__m128) x, _mm_set1_ps (-9.0f)), _mm_set1_ps (9.0f));
 #else
   for (int l = 0; l < AV; l++)

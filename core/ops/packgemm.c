@@ -87,8 +87,9 @@ kernel_rows (const int mr, int K, const float *const *ar, const int32_t *kidx, c
     vf b1 = *(const vf *) (bk + PSM_PACK_VL);
     /* in registers: left to itself GCC gives the 4-row block (AVX2) FMAs
      * with B as a memory operand, 2 vector loads per FMA, and it ran a
-     * third slower than the 5-row block ("v": x86's vector registers) */
-#if defined (__x86_64__) || defined (__i386__)
+     * third slower than the 5-row block ("v": x86's vector registers;
+     * not with PSM_FORCE_VL, whose vectors may not fit one) */
+#if (defined (__x86_64__) || defined (__i386__)) && !defined (PSM_FORCE_VL)
     __asm__ ("" : "+v" (b0), "+v" (b1));
 #endif
 #pragma GCC unroll 8
