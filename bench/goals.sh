@@ -19,7 +19,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 report () {
   d=$1
   echo
-  echo "## Speed goals of issues 6, 7 and 9 on this machine"
+  echo "## Speed goals of issues 6, 7 and 9 on the machine of these logs"
   grep -h -m1 '^# machine' "$d"/*.log 2>/dev/null | head -1 || true
   printf '%-7s %-52s %-30s %s\n' issue goal measured verdict
   # each check: issue, goal text, measured value (empty: not run), the
@@ -32,16 +32,17 @@ report () {
     v=$(awk -v m="$3" -v t="$4" -v dir="$5" 'BEGIN { print (dir == "ge" ? m >= t : m <= t) ? "met" : "NOT MET" }')
     printf '%-7s %-52s %-30s %s\n' "$1" "$2" "$3$6" "$v"
   }
-  # the median of a value over the rounds (sed expression, log), and the
-  # range as " (lowest to highest)" in rng
-  num () {
-    sed -n "$1" "$2" 2>/dev/null | sort -g | awk '{ a[NR] = $1 }
-      END { if (NR) print (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2) }'
+  # the median of the numbers on standard input, one a line; their range
+  # as "$1lowest to highest$2" when there are several
+  median () {
+    sort -g | awk '{ a[NR] = $1 } END { if (NR) print (NR % 2 ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2) }'
   }
-  rng () {
-    sed -n "$1" "$2" 2>/dev/null | sort -g | awk '{ a[NR] = $1 }
-      END { if (NR > 1) printf " (%s to %s)", a[1], a[NR] }'
+  range () {
+    sort -g | awk -v pre="$1" -v post="$2" '{ a[NR] = $1 } END { if (NR > 1) printf "%s%s to %s%s", pre, a[1], a[NR], post }'
   }
+  # a value over the rounds (sed expression, log): its median, its range
+  num () { sed -n "$1" "$2" 2>/dev/null | median; }
+  rng () { sed -n "$1" "$2" 2>/dev/null | range " (" ")"; }
   # check with the median and, as the unit's suffix, the range
   checkm () {
     check "$1" "$2" "$(num "$3" "$4")" "$5" "$6" "$7$(rng "$3" "$4")"
@@ -88,7 +89,7 @@ report () {
     # the rounds' own ratios, round by round
     tmp=$(mktemp)
     rr=$(secs 2000 $head > "$tmp"; secs 125000 $head | paste "$tmp" - |
-      awk 'NF == 2 { printf "%.2f\n", $2 / $1 }' | sort -g | awk '{ a[NR] = $1 } END { if (NR > 1) printf ", rounds %s to %s", a[1], a[NR] }')
+      awk 'NF == 2 { printf "%.2f\n", $2 / $1 }' | range ", rounds " "")
     rm -f "$tmp"
     check 9 "2k decoder >= 3x faster than all words ($head)" "$r" 3 ge "x ($a / $b s$rr)"
   done
