@@ -136,7 +136,7 @@ median (double *x, int n)
  * trained in turns, one update each, so that the host's drift over the
  * run (on a shared virtual machine a fifth or more within minutes) falls
  * on both alike: the sentinel's cost is the median over the pairs of its
- * update's time against the softmax update just before it. Both read the
+ * update's time against the softmax update of the same pair. Both read the
  * same batches (same stream, same seed); every other pair the sentinel's
  * update goes first, so that neither pays more for the other's leftovers in
  * the caches. */
