@@ -175,15 +175,10 @@ pair (double secs, const char **sets)
     t[1][n] = dt[1];
     ratio[n++] = 100.0 * (dt[1] / dt[0] - 1.0);
   }
-  double lo = ratio[0], hi = ratio[0];
-  for (int i = 1; i < n; i++) {
-    lo = ratio[i] < lo ? ratio[i] : lo;
-    hi = ratio[i] > hi ? ratio[i] : hi;
-  }
   double ms0 = median (t[0], n), ms1 = median (t[1], n), cost = median (ratio, n);
-  /* sorted by median (): t[k][0] is a head's fastest update, the one the
-   * host disturbed least */
-  double fast = 100.0 * (t[1][0] / t[0][0] - 1.0);
+  /* sorted by median (): the ratios' range is their ends, and t[k][0] a
+   * head's fastest update, the one the host disturbed least */
+  double lo = ratio[0], hi = ratio[n - 1], fast = 100.0 * (t[1][0] / t[0][0] - 1.0);
   printf ("psm train pair, %s and %s in turns, %dx%d, V=%d: softmax %.1f ms/step, sentinel %.1f ms/step "
           "(medians of %d pairs, %d threads, peak RSS %.0f MB)\n", lm[0].cfg, lm[1].cfg, lm[0].L, lm[0].H, lm[0].V,
           ms0, ms1, n, omp_get_max_threads (), peak_rss_mb ());

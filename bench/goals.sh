@@ -54,10 +54,9 @@ report () {
   # then lowers the share instead of raising it.
   bestshare () {
     best=$(sed -n 's/.* of sgemm 2048^3 (\([0-9.]*\) GFLOP\/s).*/\1/p' "$2" 2>/dev/null | sort -g | tail -1)
-    m=
-    [ -n "$best" ] && m=$(sed -n "$3" "$2" | awk -v r="$best" '{ printf "%.1f\n", 100 * $1 / r }' | median)
-    r=
-    [ -n "$m" ] && r=$(sed -n "$3" "$2" | awk -v r="$best" '{ printf "%.1f\n", 100 * $1 / r }' | range " (" ")")
+    shares= m= r=
+    [ -n "$best" ] && shares=$(sed -n "$3" "$2" | awk -v r="$best" '{ printf "%.1f\n", 100 * $1 / r }')
+    [ -n "$shares" ] && m=$(printf '%s\n' "$shares" | median) && r=$(printf '%s\n' "$shares" | range " (" ")")
     check "$1" "  the same, against the best sgemm of all rounds" "$m" "$4" ge " %$r, $best GFLOP/s"
   }
   s="$d/see.log"
