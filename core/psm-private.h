@@ -250,9 +250,11 @@ PsmTensor *psm_graph_lookup_of (PsmGraph *g, const float *rows, int n, const int
 /* Locked dropouts likewise: psm_locked_dropout notes that its output (n
  * floats at rows) is its input times mask [period], repeated every period
  * floats; psm_linear, given it as x, skips the dropped units in its
- * products (dropout_linear, core/ops/matmul.c; off when
- * psm_dropout_linear is unset, as tests do to compare). The last four are
- * kept until the next reset. */
+ * products (dropout_linear, core/ops/matmul.c) when psm_dropout_linear
+ * is set: by default where the packed kernel is fast (PSM_PACK_FAST; a
+ * baseline build keeps BLAS's dense product), and by tests either way, to
+ * compare the paths and to check the skipping one's gradient in any build.
+ * The last four are kept until the next reset. */
 void psm_graph_note_dropout (PsmGraph *g, const float *rows, size_t n, const float *mask, size_t period);
 const float *psm_graph_dropout_of (PsmGraph *g, const float *rows, size_t n, size_t *period);
 extern gboolean psm_dropout_linear;
