@@ -60,7 +60,7 @@ if [ -n "${MUTATION_ALL:-}" ]; then
     done
     n=$((n + 1))
     if [ -z "$missed" ]; then
-      echo "ok $n - $(basename "$t"): a 1 % error in any of the$(echo $caught | wc -w) ops its graphs run fails it:$caught"
+      echo "ok $n - $(basename "$t"): a 1 % error in any of the $(echo $caught | wc -w) ops its graphs run fails it:$caught"
     else
       echo "not ok $n - $(basename "$t"): a 1 % error passes in:$missed (caught:$caught)"
       fails=$((fails + 1))
