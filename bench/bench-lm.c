@@ -51,8 +51,9 @@ typedef struct {
   PsmRng rng;
   int B, E, H, L, V, src_vocab;
   gboolean sentinel, dropout;
-  long steps;
+  long steps;   /* updates made (the optimiser's step count) */
   float loss;
+  double words, skipped;   /* target words, input projection FLOPs not executed (lm_step) */
 } Lm;
 
 static void
@@ -94,10 +95,11 @@ lm_free (Lm *lm)
 }
 
 /* One training update (batch, forward, backward, clip 1, SGD); adds the
- * target words to *words and, with no dropout, the input projection's FLOPs
- * not executed (each distinct word projected once: see eval) to *skipped. */
+ * target words to lm->words and, with no dropout, the input projection's
+ * FLOPs not executed (each distinct word projected once: see eval) to
+ * lm->skipped. */
 static void
-lm_step (Lm *lm, double *words, double *skipped)
+lm_step (Lm *lm)
 {
   GError *e = NULL;
   PsmParams *params = psm_model_params (lm->m);
@@ -113,9 +115,9 @@ lm_step (Lm *lm, double *words, double *skipped)
   psm_optim_step (lm->o, lm->steps++);
   psm_params_zero_grad (params);
   for (int i = 0; i < b->Ty * b->B; i++)
-    *words += b->tgt_mask[i];
+    lm->words += b->tgt_mask[i];
   if (!lm->dropout)
-    *skipped += 3 * 2.0 * lm->E * 4 * lm->H * (b->T * b->B - projected_rows (b->src, b->T * b->B, lm->src_vocab));
+    lm->skipped += 3 * 2.0 * lm->E * 4 * lm->H * (b->T * b->B - projected_rows (b->src, b->T * b->B, lm->src_vocab));
 }
 
 static int
@@ -147,7 +149,7 @@ pair (double secs, const char **sets)
   lm_load (&lm[0], "pipelines/ptb_lstm.cfg", sets, TRUE);
   lm_load (&lm[1], "pipelines/ptb_sentinel.cfg", sets, TRUE);
   int cap = 64, n = 0;
-  double *t[2] = { g_new (double, cap), g_new (double, cap) }, *ratio = g_new (double, cap), words[2] = { 0 }, skipped = 0;
+  double *t[2] = { g_new (double, cap), g_new (double, cap) }, *ratio = g_new (double, cap);
   gint64 t0 = 0;
   for (int warm = 2, i = 0;; i++) {
     if (i == warm)
@@ -158,7 +160,7 @@ pair (double secs, const char **sets)
     for (int j = 0; j < 2; j++) {
       int k = j ^ (i & 1);   /* every other pair the sentinel goes first */
       gint64 s = g_get_monotonic_time ();
-      lm_step (&lm[k], &words[k], &skipped);
+      lm_step (&lm[k]);
       dt[k] = 1e-3 * (double) (g_get_monotonic_time () - s);
     }
     if (i < warm)
@@ -220,22 +222,22 @@ main (int argc, char **argv)
   if (train) {
     double secs = atof (argv[2]);
     gint64 t0 = 0;
-    long steps = 0, warm = 2;
-    double words = 0, skipped = 0;   /* input projection FLOPs not executed (no dropout: see eval) */
-    for (;; steps++) {
-      if (steps == warm) {
+    long warm = 2;
+    for (;;) {
+      if (lm.steps == warm) {
         t0 = g_get_monotonic_time ();
-        words = skipped = 0;
+        lm.words = lm.skipped = 0;
         psm_dropout_flops_skipped = 0;
       }
-      if (steps > warm + 1 && g_get_monotonic_time () - t0 >= secs * 1e6)
+      if (lm.steps > warm + 1 && g_get_monotonic_time () - t0 >= secs * 1e6)
         break;
-      lm_step (&lm, &words, &skipped);
+      lm_step (&lm);
     }
+    double words = lm.words, skipped = lm.skipped;
     double dt = 1e-6 * (double) (g_get_monotonic_time () - t0), wps = words / dt, peak = sgemm_peak ();
     printf ("psm train %s, head %s, %dx%d, V=%d: %.1f ms/step, %.0f words/s, loss %.3f, peak RSS %.0f MB "
-            "(%ld timed steps, %d threads)\n", cfg, lm.head, lm.L, lm.H, lm.V, 1e3 * dt / (steps - warm), wps,
-            lm.loss, peak_rss_mb (), steps - warm, omp_get_max_threads ());
+            "(%ld timed steps, %d threads)\n", cfg, lm.head, lm.L, lm.H, lm.V, 1e3 * dt / (lm.steps - warm), wps,
+            lm.loss, peak_rss_mb (), lm.steps - warm, omp_get_max_threads ());
     skipped += psm_dropout_flops_skipped;
     double gfs = (3 * fw * words - skipped) / dt / 1e9;
     printf ("psm train: %.1f GEMM GFLOP/s = %.1f %% of sgemm 2048^3 (%.1f GFLOP/s); %.1f %% of the model's GEMM "
