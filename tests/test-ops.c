@@ -761,53 +761,63 @@ END_TEST
  * other than 0, both orientations of B; the padding columns of C must be
  * written as zeros and nothing beyond them, and every row must be bit for
  * bit what it is when computed alone (the result does not depend on how
- * rows are blocked or shared out between threads). */
+ * rows are blocked or shared out between threads). Packings above 1 MB
+ * take the path that prefetches the next panel (packgemm.c). */
+static void
+check_packed_gemm (PsmRng *rng, int tb, int M, int K, int n)
+{
+  int Nb = MAX (80, n + 10);
+  int ldb = tb ? K + 1 : Nb + 3, lda = K + 2, npad = psm_pack_panels (n) * PSM_PACK_NR;
+  int ldc = npad + 5;
+  float *A = g_new (float, (size_t) M * lda), *B = g_new (float, (size_t) (tb ? Nb : K) * ldb);
+  float *C = g_new (float, (size_t) M * ldc), *bp = g_new (float, psm_packed_floats (K, n));
+  int c0 = 3;   /* first packed column of op(B) */
+  psm_test_fill (A, (size_t) M * lda, 1.0f, rng);
+  psm_test_fill (B, (size_t) (tb ? Nb : K) * ldb, 1.0f, rng);
+  for (size_t i = 0; i < (size_t) M * ldc; i++)
+    C[i] = 1e30f;
+  psm_pack (K, n, tb ? B + (size_t) c0 * ldb : B + c0, ldb, tb, bp);
+  psm_packed_gemm (M, K, n, A, lda, bp, C, ldc);
+  for (int i = 0; i < M; i++) {
+    for (int j = 0; j < n; j++) {
+      double want = 0;
+      for (int k = 0; k < K; k++)
+        want += (double) A[(size_t) i * lda + k] * (tb ? B[(size_t) (c0 + j) * ldb + k] : B[(size_t) k * ldb + c0 + j]);
+      ck_assert_msg (fabs (C[(size_t) i * ldc + j] - want) <= 1e-5 * (1 + K), "packed gemm tb=%d M=%d K=%d n=%d C[%d][%d]",
+                     tb, M, K, n, i, j);
+    }
+    for (int j = n; j < npad; j++)
+      ck_assert_msg (C[(size_t) i * ldc + j] == 0.0f, "padding column %d written", j);
+    for (int j = npad; j < ldc; j++)
+      ck_assert_msg (C[(size_t) i * ldc + j] == 1e30f, "column %d beyond the panels written", j);
+    float *alone = g_new (float, npad);
+    psm_packed_gemm (1, K, n, A + (size_t) i * lda, lda, bp, alone, npad);
+    ck_assert_msg (memcmp (alone, C + (size_t) i * ldc, n * sizeof (float)) == 0,
+                   "packed gemm tb=%d M=%d K=%d n=%d: row %d differs when computed alone", tb, M, K, n, i);
+    g_free (alone);
+  }
+  g_free (A);
+  g_free (B);
+  g_free (C);
+  g_free (bp);
+}
+
 START_TEST (test_packed_gemm)
 {
   PsmRng rng;
   psm_rng_seed (&rng, 9);
   int Ms[] = { 1, 7, 8, 9, 10, 13, 16, 64 }, Ks[] = { 1, 40 }, ns[] = { 5, 32, 70 };
-  int Nb = 80;
   for (int tb = 0; tb < 2; tb++)
     for (int mi = 0; mi < (int) G_N_ELEMENTS (Ms); mi++)
       for (int ki = 0; ki < 2; ki++)
-        for (int ni = 0; ni < 3; ni++) {
-          int M = Ms[mi], K = Ks[ki], n = ns[ni];
-          int ldb = tb ? K + 1 : Nb + 3, lda = K + 2, npad = psm_pack_panels (n) * PSM_PACK_NR;
-          int ldc = npad + 5;
-          float *A = g_new (float, (size_t) M * lda), *B = g_new (float, (size_t) (tb ? Nb : K) * ldb);
-          float *C = g_new (float, (size_t) M * ldc), *bp = g_new (float, psm_packed_floats (K, n));
-          int c0 = 3;   /* first packed column of op(B) */
-          psm_test_fill (A, (size_t) M * lda, 1.0f, &rng);
-          psm_test_fill (B, (size_t) (tb ? Nb : K) * ldb, 1.0f, &rng);
-          for (size_t i = 0; i < (size_t) M * ldc; i++)
-            C[i] = 1e30f;
-          psm_pack (K, n, tb ? B + (size_t) c0 * ldb : B + c0, ldb, tb, bp);
-          psm_packed_gemm (M, K, n, A, lda, bp, C, ldc);
-          for (int i = 0; i < M; i++) {
-            for (int j = 0; j < n; j++) {
-              double want = 0;
-              for (int k = 0; k < K; k++)
-                want += (double) A[(size_t) i * lda + k]
-                  * (tb ? B[(size_t) (c0 + j) * ldb + k] : B[(size_t) k * ldb + c0 + j]);
-              ck_assert_msg (fabs (C[(size_t) i * ldc + j] - want) <= 1e-5 * (1 + K),
-                             "packed gemm tb=%d M=%d K=%d n=%d C[%d][%d]", tb, M, K, n, i, j);
-            }
-            for (int j = n; j < npad; j++)
-              ck_assert_msg (C[(size_t) i * ldc + j] == 0.0f, "padding column %d written", j);
-            for (int j = npad; j < ldc; j++)
-              ck_assert_msg (C[(size_t) i * ldc + j] == 1e30f, "column %d beyond the panels written", j);
-            float *alone = g_new (float, npad);
-            psm_packed_gemm (1, K, n, A + (size_t) i * lda, lda, bp, alone, npad);
-            ck_assert_msg (memcmp (alone, C + (size_t) i * ldc, n * sizeof (float)) == 0,
-                           "packed gemm tb=%d M=%d K=%d n=%d: row %d differs when computed alone", tb, M, K, n, i);
-            g_free (alone);
-          }
-          g_free (A);
-          g_free (B);
-          g_free (C);
-          g_free (bp);
-        }
+        for (int ni = 0; ni < 3; ni++)
+          check_packed_gemm (&rng, tb, Ms[mi], Ks[ki], ns[ni]);
+  /* 520 x 600: 1.26 MB packed at any vector width, a partial last panel */
+  ck_assert (psm_packed_floats (520, 600) * sizeof (float) > ((size_t) 1 << 20));
+  for (int tb = 0; tb < 2; tb++) {
+    check_packed_gemm (&rng, tb, 9, 520, 600);
+    check_packed_gemm (&rng, tb, 64, 520, 600);
+  }
 }
 END_TEST
 

@@ -72,7 +72,7 @@ typedef struct {
  * compile-time mr keeps the accumulators in registers. */
 static inline __attribute__ ((always_inline)) void
 kernel_rows (const int mr, int K, const float *const *ar, const int32_t *kidx, const float *Bp, float *const *cr,
-             const Store *st)
+             const Store *st, const float *pf)
 {
   vf c0[MR], c1[MR];
   const float *a[MR];
@@ -92,6 +92,9 @@ kernel_rows (const int mr, int K, const float *const *ar, const int32_t *kidx, c
 #if (defined (__x86_64__) || defined (__i386__)) && !defined (PSM_FORCE_VL)
     __asm__ ("" : "+v" (b0), "+v" (b1));
 #endif
+    if (pf)   /* the next panel's row k, on its way while this one is used */
+      for (int j = 0; j < PSM_PACK_NR; j += 16)
+        __builtin_prefetch (pf + (size_t) k * PSM_PACK_NR + j, 0, 2);
 #pragma GCC unroll 8
     for (int i = 0; i < mr; i++) {
       float x = a[i][k];
@@ -133,10 +136,10 @@ kernel_rows (const int mr, int K, const float *const *ar, const int32_t *kidx, c
 /* A block of r rows, r known at run time: the kernel compiled for it. */
 static inline __attribute__ ((always_inline)) void
 kernel_block (int r, int K, const float *const *ar, const int32_t *kidx, const float *Bp, float *const *cr,
-              const Store *st)
+              const Store *st, const float *pf)
 {
   switch (r) {
-#define BLOCK(rows) case rows: kernel_rows (rows, K, ar, kidx, Bp, cr, st); break;
+#define BLOCK(rows) case rows: kernel_rows (rows, K, ar, kidx, Bp, cr, st, pf); break;
     BLOCK (1) BLOCK (2) BLOCK (3) BLOCK (4) BLOCK (5) BLOCK (6)
 #if MR == 8
     BLOCK (7) BLOCK (8)
@@ -158,6 +161,15 @@ block_rows (int M, int i)
   return left <= MR ? left : left - MR < 4 ? (left + 1) / 2 : MR;
 }
 
+/* Packed matrices larger than this are streamed from beyond L2 at every
+ * product, so a panel's first block of rows prefetches the next panel into
+ * L2 as it goes (one panel ahead: the hardware prefetchers start on each
+ * panel only when it is read). Below it the prefetches only cost issue
+ * slots: 0-5 % slower on 1 MB packings, where 60 rows against a 1,024 x
+ * 7,504 packing ran 11-22 % faster and 15k-word beam search 10-13 %
+ * (BENCHMARKS.md e, an Intel AVX-512 host). */
+#define PF_MIN_BYTES ((size_t) 1 << 20)
+
 /* M rows of A against the panels holding columns [0, n), stored as st says
  * (st->nc is set per panel). */
 static void
@@ -165,6 +177,7 @@ packed_gemm (int M, int K, int n, const float *A, int lda, const float *Bp, floa
 {
   int panels = psm_pack_panels (n);
   const float *bias = st.bias;
+  gboolean pf = psm_packed_floats (K, n) * sizeof (float) > PF_MIN_BYTES;
   for (int p = 0; p < panels; p++) {
     const float *bp = Bp + (size_t) p * K * PSM_PACK_NR;
     float *cp = C + p * PSM_PACK_NR;
@@ -178,7 +191,7 @@ packed_gemm (int M, int K, int n, const float *A, int lda, const float *Bp, floa
         a[j] = A + (size_t) (i + j) * lda;
         c[j] = cp + (size_t) (i + j) * ldc;
       }
-      kernel_block (r, K, a, NULL, bp, c, &st);
+      kernel_block (r, K, a, NULL, bp, c, &st, pf && i == 0 && p + 1 < panels ? bp + (size_t) K * PSM_PACK_NR : NULL);
       i += r;
     }
   }
@@ -229,7 +242,7 @@ psm_packed_gemm_rows (int M, int K, int n, int p0, int p1, const float *const *a
       float *c[MR];
       for (int j = 0; j < r; j++)
         c[j] = cr[i + j] + p * PSM_PACK_NR;
-      kernel_block (r, K, ar + i, kx, bp, c, &st);
+      kernel_block (r, K, ar + i, kx, bp, c, &st, NULL);
       i += r;
     }
   }
