@@ -165,9 +165,9 @@ block_rows (int M, int i)
  * product, so a panel's first block of rows prefetches the next panel into
  * L2 as it goes (one panel ahead: the hardware prefetchers start on each
  * panel only when it is read). Below it the prefetches only cost issue
- * slots: 0-5 % slower on 1 MB packings, where 60 rows against a 1,024 x
- * 7,504 packing ran 11-22 % faster and 15k-word beam search 10-13 %
- * (BENCHMARKS.md e, an Intel AVX-512 host). */
+ * slots (0-5 % slower on the 1 MB packings of See's recurrences); above
+ * it, 60 rows against a 1,024 x 7,504 packing ran 11-22 % faster and
+ * 15k-word beam search 10-13 % (BENCHMARKS.md e, an Intel AVX-512 host). */
 #define PF_MIN_BYTES ((size_t) 1 << 20)
 
 /* M rows of A against the panels holding columns [0, n), stored as st says
