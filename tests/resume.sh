@@ -112,12 +112,24 @@ check "SIGINT at a random update, resumed: the same losses as straight through" 
 # --- SIGKILL at random moments, also while checkpoints are written ---
 # checkpoint_every = 1: a checkpoint write at every update, so kills land in
 # them; each time the run must resume from its last complete checkpoint.
-# (long enough that the 25 kills below land before its end: about 13 s here;
-# the sanitizer build, at this model size not much slower, gets 8000: with
-# 2000 its run ended after 10 kills in CI)
-ksteps=12000; [ -n "${PSM_TEST_SANITIZED:-}" ] && ksteps=8000
-sed "s/log_every = 1;/log_every = 1; checkpoint_every = 1;/; s/steps = 40;/steps = $ksteps;/; s/patience = 4;//" \
-  "$tmp/adam.cfg" > "$tmp/kill.cfg"
+# The run must outlast the kills: each lets it go on for up to 0.9 s, so
+# it is made to take about 16 s on this machine (15 kills fit before its
+# end even if every wait is the longest), from the time of 2,000 updates.
+# A fixed length did not: 2,000 updates ended after 10 kills in CI's
+# sanitizer build, and 12,000 (13 s on one machine) after 14 on a faster.
+kill_cfg () {
+  sed "s/log_every = 1;/log_every = 1; checkpoint_every = 1;/; s/steps = 40;/steps = $1;/; s/patience = 4;//" \
+    "$tmp/adam.cfg" > "$tmp/kill.cfg"
+}
+kill_cfg 2000
+t0=$(date +%s%N)
+train kill killtime
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+[ $ms -gt 0 ] || ms=1
+ksteps=$(( 2000 * 16000 / ms ))
+[ $ksteps -ge 4000 ] || ksteps=4000
+echo "# the killed run: $ksteps updates (2,000 took $ms ms)"
+kill_cfg $ksteps
 train kill killref
 kills=0; resumed=0; i=0
 seed=$$
