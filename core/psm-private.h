@@ -388,6 +388,9 @@ float psm_beam_score_floor (double last, double logp);
 /* Panels holding n columns; n padded to them is psm_pack_panels (n) * PSM_PACK_NR. */
 static inline int psm_pack_panels (int n) { return (n + PSM_PACK_NR - 1) / PSM_PACK_NR; }
 size_t psm_packed_floats (int K, int n);
+/* Packings of more bytes than this are streamed from beyond L2, and the
+ * kernel prefetches the next panel as it goes (packgemm.c says why). */
+#define PSM_PACK_PREFETCH_BYTES ((size_t) 1 << 20)
 void psm_pack (int K, int n, const float *B, int ldb, gboolean tb, float *out);
 void psm_packed_gemm (int M, int K, int n, const float *A, int lda, const float *Bp, float *C, int ldc);
 /* The same storing exactly columns [0, n) of C: A op(B) + bias (bias NULL:

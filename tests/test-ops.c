@@ -813,7 +813,7 @@ START_TEST (test_packed_gemm)
         for (int ni = 0; ni < 3; ni++)
           check_packed_gemm (&rng, tb, Ms[mi], Ks[ki], ns[ni]);
   /* 520 x 600: 1.26 MB packed at any vector width, a partial last panel */
-  ck_assert (psm_packed_floats (520, 600) * sizeof (float) > ((size_t) 1 << 20));
+  ck_assert (psm_packed_floats (520, 600) * sizeof (float) > PSM_PACK_PREFETCH_BYTES);
   for (int tb = 0; tb < 2; tb++) {
     check_packed_gemm (&rng, tb, 9, 520, 600);
     check_packed_gemm (&rng, tb, 64, 520, 600);

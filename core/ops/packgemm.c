@@ -161,23 +161,21 @@ block_rows (int M, int i)
   return left <= MR ? left : left - MR < 4 ? (left + 1) / 2 : MR;
 }
 
-/* Packed matrices larger than this are streamed from beyond L2 at every
- * product, so a panel's first block of rows prefetches the next panel into
- * L2 as it goes (one panel ahead: the hardware prefetchers start on each
- * panel only when it is read). Below it the prefetches only cost issue
- * slots (0-5 % slower on the 1 MB packings of See's recurrences); above
- * it, 60 rows against a 1,024 x 7,504 packing ran 11-22 % faster and
- * 15k-word beam search 10-13 % (BENCHMARKS.md e, an Intel AVX-512 host). */
-#define PF_MIN_BYTES ((size_t) 1 << 20)
-
 /* M rows of A against the panels holding columns [0, n), stored as st says
- * (st->nc is set per panel). */
+ * (st->nc is set per panel). A packing larger than PSM_PACK_PREFETCH_BYTES
+ * is streamed from beyond L2 at every product, so a panel's first block of
+ * rows prefetches the next panel into L2 as it goes (one panel ahead: the
+ * hardware prefetchers start on each panel only when it is read). Below it
+ * the prefetches only cost issue slots (0-5 % slower on the 1 MB packings
+ * of See's recurrences); above it, 60 rows against a 1,024 x 7,504 packing
+ * ran 11-22 % faster and 15k-word beam search 10-13 % (BENCHMARKS.md e, an
+ * Intel AVX-512 host). */
 static void
 packed_gemm (int M, int K, int n, const float *A, int lda, const float *Bp, float *C, int ldc, Store st, gboolean pad)
 {
   int panels = psm_pack_panels (n);
   const float *bias = st.bias;
-  gboolean pf = psm_packed_floats (K, n) * sizeof (float) > PF_MIN_BYTES;
+  gboolean pf = psm_packed_floats (K, n) * sizeof (float) > PSM_PACK_PREFETCH_BYTES;
   for (int p = 0; p < panels; p++) {
     const float *bp = Bp + (size_t) p * K * PSM_PACK_NR;
     float *cp = C + p * PSM_PACK_NR;
