@@ -49,8 +49,7 @@ main (int argc, char **argv)
                                  psm_param (g, p, b_h), NULL);
     PsmTensor *loss = psm_sum (g, psm_mul (g, hs, psm_tensor_wrap (g, r, NULL, 3, sh)));
     psm_backward (g, loss);
-    psm_optim_step (o, steps);
-    psm_params_zero_grad (p);
+    psm_optim_step_zero (o, steps, 1.0f);
     if (warm && (t = g_get_monotonic_time () / 1e6 - t0) >= min_time) {
       steps++;
       break;

@@ -111,9 +111,7 @@ lm_step (Lm *lm)
   PsmTensor *loss = psm_model_loss (lm->m, g, b);
   lm->loss = loss->data[0];
   psm_backward (g, loss);
-  psm_params_clip (params, 1.0);
-  psm_optim_step (lm->o, lm->steps++);
-  psm_params_zero_grad (params);
+  psm_optim_step_zero (lm->o, lm->steps++, psm_clip_scale (psm_params_grad_norm (params), 1.0));
   for (int i = 0; i < b->Ty * b->B; i++)
     lm->words += b->tgt_mask[i];
   if (!lm->dropout)

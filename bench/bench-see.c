@@ -191,9 +191,7 @@ main (int argc, char **argv)
       lv = loss->data[0];
       psm_backward (g, loss);
       gint64 to = g_get_monotonic_time ();
-      psm_params_clip (params, 2.0);
-      psm_optim_step (o, steps);
-      psm_params_zero_grad (params);
+      psm_optim_step_zero (o, steps, psm_clip_scale (psm_params_grad_norm (params), 2.0));
       prof->optim += steps >= warm ? 1e-6 * (double) (g_get_monotonic_time () - to) : 0;
     }
     double dt = 1e-6 * (double) (g_get_monotonic_time () - t0) / (double) (steps - warm);

@@ -76,8 +76,12 @@ psm_optim_lr (const PsmOptim *o, long step)
   return o->lr_scale * c->lr;
 }
 
-void
-psm_optim_step (PsmOptim *o, long step)
+/* The update with the gradient g scale (clipping's factor; 1: as it is),
+ * and, with zero, the gradient set to 0 in the same pass (one pass over
+ * the buffers instead of three; the same results to the bit: g scale is the
+ * value the clip's own pass stored). */
+static inline __attribute__ ((always_inline)) void
+update (PsmOptim *o, long step, float scale, const gboolean zero)
 {
   const PsmOptConfig *c = &o->cfg;
   size_t n = psm_params_size (o->p);
@@ -85,12 +89,16 @@ psm_optim_step (PsmOptim *o, long step)
   float lr = (float) psm_optim_lr (o, step);
   /* Each update is elementwise: the threads share the buffer out, and the
    * result does not depend on how. */
+#define G(i) (g[i] * scale)
+#define Z(i) do { if (zero) g[i] = 0.0f; } while (0)
 #define PAR _Pragma ("omp parallel for simd if (n >= 32768) schedule (static)")
   switch (c->kind) {
   case PSM_OPT_SGD:
     PAR
-    for (size_t i = 0; i < n; i++)
-      w[i] -= lr * g[i];
+    for (size_t i = 0; i < n; i++) {
+      w[i] -= lr * G (i);
+      Z (i);
+    }
     break;
   case PSM_OPT_ADAM: {
     float b1 = (float) c->beta1, b2 = (float) c->beta2, eps = (float) c->eps;
@@ -99,9 +107,11 @@ psm_optim_step (PsmOptim *o, long step)
     float *m = o->state[0], *v = o->state[1];
     PAR
     for (size_t i = 0; i < n; i++) {
-      m[i] = b1 * m[i] + (1.0f - b1) * g[i];
-      v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+      float gi = G (i);
+      m[i] = b1 * m[i] + (1.0f - b1) * gi;
+      v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
       w[i] -= a * m[i] / (sqrtf (v[i]) + eps);
+      Z (i);
     }
     break;
   }
@@ -109,8 +119,10 @@ psm_optim_step (PsmOptim *o, long step)
     float *acc = o->state[0], eps = (float) c->eps;
     PAR
     for (size_t i = 0; i < n; i++) {
-      acc[i] += g[i] * g[i];
-      w[i] -= lr * g[i] / (sqrtf (acc[i]) + eps);
+      float gi = G (i);
+      acc[i] += gi * gi;
+      w[i] -= lr * gi / (sqrtf (acc[i]) + eps);
+      Z (i);
     }
     break;
   }
@@ -119,13 +131,29 @@ psm_optim_step (PsmOptim *o, long step)
     float *acc = o->state[0], *upd = o->state[1];
     PAR
     for (size_t i = 0; i < n; i++) {
-      acc[i] = rho * acc[i] + (1.0f - rho) * g[i] * g[i];
-      float d = sqrtf (upd[i] + eps) / sqrtf (acc[i] + eps) * g[i];
+      float gi = G (i);
+      acc[i] = rho * acc[i] + (1.0f - rho) * gi * gi;
+      float d = sqrtf (upd[i] + eps) / sqrtf (acc[i] + eps) * gi;
       upd[i] = rho * upd[i] + (1.0f - rho) * d * d;
       w[i] -= lr * d;
+      Z (i);
     }
     break;
   }
   }
 #undef PAR
+#undef G
+#undef Z
+}
+
+void
+psm_optim_step (PsmOptim *o, long step)
+{
+  update (o, step, 1.0f, FALSE);
+}
+
+void
+psm_optim_step_zero (PsmOptim *o, long step, float scale)
+{
+  update (o, step, scale, TRUE);
 }

@@ -333,6 +333,27 @@ psm_params_zero_grad (PsmParams *p)
 double
 psm_params_clip (PsmParams *p, double max_norm)
 {
+  double norm = psm_params_grad_norm (p);
+  float k = psm_clip_scale (norm, max_norm);
+  if (k != 1.0f) {
+    size_t n = p->total;
+    float *gw = p->grad;
+#pragma omp parallel for simd if (GRAD_PAR (n)) schedule (static)
+    for (size_t i = 0; i < n; i++)
+      gw[i] *= k;
+  }
+  return norm;
+}
+
+float
+psm_clip_scale (double norm, double max_norm)
+{
+  return max_norm > 0 && norm > max_norm ? (float) (max_norm / norm) : 1.0f;
+}
+
+double
+psm_params_grad_norm (PsmParams *p)
+{
   size_t n = p->total, nc = (n + GRAD_CHUNK - 1) / GRAD_CHUNK;
   double *part = psm_xmalloc (MAX (nc, 1) * sizeof (double), "the gradient norm");
   const float *g = p->grad;
@@ -349,14 +370,7 @@ psm_params_clip (PsmParams *p, double max_norm)
   for (size_t c = 0; c < nc; c++)
     s += part[c];
   free (part);
-  double norm = sqrt (s);
-  if (max_norm > 0 && norm > max_norm) {
-    float k = (float) (max_norm / norm), *gw = p->grad;
-#pragma omp parallel for simd if (GRAD_PAR (n)) schedule (static)
-    for (size_t i = 0; i < n; i++)
-      gw[i] *= k;
-  }
-  return norm;
+  return sqrt (s);
 }
 
 int

@@ -483,9 +483,7 @@ psm_run_check (PsmModel *m, GError **error)
       psm_optim_free (optim);
       return check_fail (error, "training loss is not finite");
     }
-    psm_params_clip (params, clip);
-    psm_optim_step (optim, s);
-    psm_params_zero_grad (params);
+    psm_optim_step_zero (optim, s, psm_clip_scale (psm_params_grad_norm (params), clip));
   }
   /* the lowest loss, not the last: plain SGD at a language model's usual
    * rate can overshoot on a single small batch after it has fallen */

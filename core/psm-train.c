@@ -621,14 +621,14 @@ trainer_loop (Trainer *t, PsmProfile *prof, GError **error)
       continue;
     }
     gint64 t_opt = prof ? g_get_monotonic_time () : 0;
-    double gnorm = psm_params_clip (t->params, t->clip);
+    double gnorm = psm_params_grad_norm (t->params);
     if (!isfinite (gnorm)) {
       if (!on_nonfinite (t, step, "gradient norm", gnorm, &step, error))
         return FALSE;
       continue;
     }
-    psm_optim_step (t->optim, step);
-    psm_params_zero_grad (t->params);
+    /* clipped, applied and zeroed in one pass over the buffers */
+    psm_optim_step_zero (t->optim, step, psm_clip_scale (gnorm, t->clip));
     if (prof)
       prof->optim += 1e-6 * (double) (g_get_monotonic_time () - t_opt);
 

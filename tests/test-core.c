@@ -233,6 +233,67 @@ START_TEST (test_init_uniform)
 }
 END_TEST
 
+/* psm_optim_step_zero (the clip's factor, the update and the zeroing in
+ * one pass) against psm_params_clip, psm_optim_step and
+ * psm_params_zero_grad, for each rule, three steps of varied gradients, with
+ * the clip on (max norm 1, under the norm) and off (0, and 1e6): the weights
+ * and the rules' state equal to the bit, the gradients left at 0. */
+static void
+fused_against_passes (const PsmOptConfig *c, double max_norm)
+{
+  PsmParams *p[2];
+  PsmOptim *o[2];
+  int n = OPT_N;
+  for (int v = 0; v < 2; v++) {
+    p[v] = psm_params_new ();
+    psm_params_add (p[v], "w", 1, &n, PSM_INIT_UNIFORM, 0.5f);
+    PsmRng rng;
+    psm_rng_seed (&rng, 7);
+    ck_assert (psm_params_finalize (p[v], &rng, NULL));
+    o[v] = psm_optim_new (c, p[v]);
+  }
+  PsmRng gr;
+  psm_rng_seed (&gr, 3);
+  for (long step = 0; step < 3; step++) {
+    float *g0 = psm_params_grad (p[0]), *g1 = psm_params_grad (p[1]);
+    for (int i = 0; i < OPT_N; i++)
+      g0[i] = g1[i] = (float) (psm_rng_uniform (&gr) - 0.5) * (i % 7 ? 0.01f : 3.0f);
+    double n0 = psm_params_clip (p[0], max_norm);
+    psm_optim_step (o[0], step);
+    psm_params_zero_grad (p[0]);
+    double n1 = psm_params_grad_norm (p[1]);
+    ck_assert (n0 == n1);
+    psm_optim_step_zero (o[1], step, psm_clip_scale (n1, max_norm));
+    ck_assert (memcmp (psm_params_data (p[0]), psm_params_data (p[1]), OPT_N * sizeof (float)) == 0);
+    for (int s = 0; s < psm_optim_n_state (o[0]); s++)
+      ck_assert (memcmp (psm_optim_state (o[0], s), psm_optim_state (o[1], s), OPT_N * sizeof (float)) == 0);
+    for (int i = 0; i < OPT_N; i++)
+      ck_assert (g1[i] == 0.0f);
+  }
+  for (int v = 0; v < 2; v++) {
+    psm_optim_free (o[v]);
+    psm_params_free (p[v]);
+  }
+}
+
+START_TEST (test_optim_fused)
+{
+  PsmOptConfig cs[4] = {
+    { .kind = PSM_OPT_SGD, .lr = 0.5 },
+    { .kind = PSM_OPT_ADAM, .lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8 },
+    { .kind = PSM_OPT_ADAGRAD, .lr = 0.15, .init_accum = 0.1, .eps = 1e-10 },
+    { .kind = PSM_OPT_ADADELTA, .lr = 1.0, .eps = 1e-6, .rho = 0.95 },
+  };
+  ck_assert (psm_clip_scale (5.0, 1.0) == 0.2f && psm_clip_scale (0.5, 1.0) == 1.0f);
+  ck_assert (psm_clip_scale (5.0, 0.0) == 1.0f);
+  for (int k = 0; k < 4; k++) {
+    fused_against_passes (&cs[k], 1.0);
+    fused_against_passes (&cs[k], 0.0);
+    fused_against_passes (&cs[k], 1e6);
+  }
+}
+END_TEST
+
 START_TEST (test_optimisers)
 {
   double w1, w2;
@@ -750,6 +811,7 @@ main (void)
   tcase_add_test (tc, test_params);
   tcase_add_test (tc, test_init_uniform);
   tcase_add_test (tc, test_optimisers);
+  tcase_add_test (tc, test_optim_fused);
   tcase_add_test (tc, test_checkpoint);
   tcase_add_test (tc, test_checkpoint_checks);
   tcase_add_test (tc, test_params_deferred);

@@ -47,6 +47,11 @@ void psm_params_zero_grad (PsmParams *p);
 /* Scales gradients so their global L2 norm is at most max_norm (if > 0);
  * returns the norm before clipping. */
 double psm_params_clip (PsmParams *p, double max_norm);
+/* ABI 1.15: the gradients' global L2 norm (psm_params_clip's return value,
+ * nothing scaled), and the factor that clipping to max_norm applies for it
+ * (1 when max_norm <= 0 or the norm is within it): for psm_optim_step_zero. */
+double psm_params_grad_norm (PsmParams *p);
+float psm_clip_scale (double norm, double max_norm);
 
 /* --- optimisers (core/psm-optim.c) --- */
 typedef enum { PSM_OPT_SGD, PSM_OPT_ADAM, PSM_OPT_ADAGRAD, PSM_OPT_ADADELTA } PsmOptKind;
@@ -67,6 +72,11 @@ PsmOptim *psm_optim_new (const PsmOptConfig *cfg, PsmParams *p);
 void psm_optim_free (PsmOptim *o);
 /* One update from the current gradients; step counts from 0. */
 void psm_optim_step (PsmOptim *o, long step);
+/* ABI 1.15: the same update from the gradients times scale, which it sets
+ * to zero as it goes: psm_params_clip, psm_optim_step and
+ * psm_params_zero_grad in one pass over the buffers, the same results to
+ * the bit (scale = psm_clip_scale (psm_params_grad_norm (p), max_norm)). */
+void psm_optim_step_zero (PsmOptim *o, long step, float scale);
 double psm_optim_lr (const PsmOptim *o, long step);
 /* ABI 1.6: a factor on every learning rate (the plateau schedule's
  * halvings, train.optimizer.plateau_factor); starts at 1. */

@@ -55,9 +55,11 @@ G_BEGIN_DECLS
  * psm_gru_seq_cols (a GRU sequence on columns of a wider projection, in
  * either direction: bigru's backward half as one op). 1.14:
  * PsmTaskCtx.text_only (decoding raw text: a task may read none of its
- * splits). */
+ * splits). 1.15: psm_params_grad_norm, psm_clip_scale and
+ * psm_optim_step_zero (the clip, the update and the zeroing of the
+ * gradients in one pass). */
 #define PSM_ABI_MAJOR 1
-#define PSM_ABI_MINOR 14
+#define PSM_ABI_MINOR 15
 #define PSM_PLUGIN_ENTRY_SYMBOL "psm_plugin_entry"
 
 typedef enum {
