@@ -119,6 +119,7 @@ struct PsmGraph {
   int n_const;
   GArray *packed;        /* Packed */
   gboolean keep_packed;
+  gboolean bf16;         /* psm_graph_set_bf16 */
   const float *rep[4], *rep_compact[4];   /* beam repeats (psm_graph_add_repeat) */
   int rep_group[4], n_rep;
   PsmPhase phase;
@@ -234,8 +235,8 @@ psm_graph_free (PsmGraph *g)
 typedef struct {
   const float *w;
   int K, n;
-  gboolean tb, valid;
-  float *data;
+  gboolean tb, valid, bf16;   /* bf16: psm_bf16_pack's form */
+  void *data;
 } Packed;
 
 void
@@ -285,30 +286,64 @@ psm_graph_is_const (PsmGraph *g, const float *data)
   return FALSE;
 }
 
-const float *
-psm_graph_packed (PsmGraph *g, const float *w, int K, int n, gboolean tb)
+/* The entry of g's packings for op(W) in the given form, made if new
+ * (*fresh: it must be packed). */
+static Packed *
+packed_entry (PsmGraph *g, const float *w, int K, int n, gboolean tb, gboolean bf16, gboolean *fresh)
 {
   if (!g->packed)
     g->packed = g_array_new (FALSE, FALSE, sizeof (Packed));
   Packed *pk = NULL;
   for (guint i = 0; i < g->packed->len && !pk; i++) {
     Packed *e = &g_array_index (g->packed, Packed, i);
-    if (e->w == w && e->K == K && e->n == n && e->tb == tb)
+    if (e->w == w && e->K == K && e->n == n && e->tb == tb && e->bf16 == bf16)
       pk = e;
   }
-  if (pk && pk->valid)
-    return pk->data;
+  *fresh = !pk || !pk->valid;
   if (!pk) {
-    Packed e = { w, K, n, tb, FALSE, psm_xaligned (psm_packed_floats (K, n) * sizeof (float), "packed weights") };
+    size_t bytes = bf16 ? psm_bf16_packed_bytes (K, n) : psm_packed_floats (K, n) * sizeof (float);
+    Packed e = { w, K, n, tb, FALSE, bf16, psm_xaligned (bytes, "packed weights") };
     g_array_append_val (g->packed, e);
     pk = &g_array_index (g->packed, Packed, g->packed->len - 1);
   }
+  pk->valid = TRUE;
+  return pk;
+}
+
+const float *
+psm_graph_packed (PsmGraph *g, const float *w, int K, int n, gboolean tb)
+{
+  gboolean fresh;
+  Packed *pk = packed_entry (g, w, K, n, tb, FALSE, &fresh);
   /* large ones over the threads, panels apart */
   float *out = pk->data;
+  if (fresh) {
 #pragma omp parallel if ((long) K * n >= (1L << 20) && !omp_in_parallel ())
-  psm_pack_shared (K, n, w, tb ? K : n, tb, out);
-  pk->valid = TRUE;
+    psm_pack_shared (K, n, w, tb ? K : n, tb, out);
+  }
+  return out;
+}
+
+const void *
+psm_graph_packed_bf16 (PsmGraph *g, const float *w, int K, int n)
+{
+  gboolean fresh;
+  Packed *pk = packed_entry (g, w, K, n, FALSE, TRUE, &fresh);
+  if (fresh)
+    psm_bf16_pack (K, n, w, pk->data);
   return pk->data;
+}
+
+void
+psm_graph_set_bf16 (PsmGraph *g, gboolean on)
+{
+  g->bf16 = on;
+}
+
+gboolean
+psm_graph_bf16 (const PsmGraph *g)
+{
+  return g->bf16;
 }
 
 const float *

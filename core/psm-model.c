@@ -128,6 +128,8 @@ psm_model_new (PsmPipeline *pl, gboolean check, GError **error)
   m->gs = psm_graph_new ();
   psm_graph_set_grad (m->gs, FALSE);
   psm_graph_keep_packed (m->gs, TRUE);   /* across the steps of one decoding; cleared when one starts */
+  const char *prec = psm_section_string (psm_pipeline_section (pl, "decode"), "precision");
+  psm_graph_set_bf16 (m->gs, prec && !strcmp (prec, "bf16"));
   psm_batch_init (&m->batch);
   GError *e = NULL;
   const PsmSection *train = psm_pipeline_section (pl, "train");

@@ -71,6 +71,9 @@ static const PsmParamSpec decode_spec[] = {
   { "attn_top", PSM_PARAM_INT, "3", 0, 64, "attention positions per token in --json output", NULL },
   { "sort", PSM_PARAM_BOOL, "true", PSM_NO_RANGE,
     "decode a split's articles in order of source length (outputs keep the split's order)", NULL },
+  { "precision", PSM_PARAM_CHOICE, "fp32", PSM_NO_RANGE,
+    "decoding's linear products (the output layer's among them): fp32, or bf16 (inputs and weights rounded to "
+    "bfloat16, sums in single precision; on AMX tiles where the CPU has them)", "fp32|bf16" },
   PSM_PARAM_END
 };
 

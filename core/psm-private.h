@@ -216,6 +216,24 @@ const float *psm_graph_packed (PsmGraph *g, const float *w, int K, int n, gboole
  * parameter, else NULL: the op packs a copy of its own. */
 const float *psm_graph_packed_param (PsmGraph *g, const PsmTensor *w, int K, int n, gboolean tb);
 void psm_graph_keep_packed (PsmGraph *g, gboolean keep);
+/* decode.precision bf16 (ops/bf16.c): set on the decoding graph, its
+ * psm_linear products of a parameter W run in bfloat16 (psm_gemm_bf16),
+ * on W packed once by psm_graph_packed_bf16 and kept as the others. */
+void psm_graph_set_bf16 (PsmGraph *g, gboolean on);
+gboolean psm_graph_bf16 (const PsmGraph *g);
+const void *psm_graph_packed_bf16 (PsmGraph *g, const float *w, int K, int n);
+/* ops/bf16.c: x rounded to bfloat16 (to nearest, ties to even); whether
+ * the AMX tiles are there and granted (not with PSM_NO_AMX=1); the bytes
+ * of W (K x n) packed by psm_bf16_pack (AMX tile pairs, or else psm's
+ * single-precision panels of the rounded W); and C[M, N] = bf16 (A) W + bias
+ * (bias NULL: none) on that packing, summed in single precision. */
+float psm_bf16_round (float x);
+gboolean psm_amx_usable (void);
+extern gboolean psm_bf16_amx;   /* unset: AMX not used (tests run both paths; set it before packing) */
+size_t psm_bf16_packed_bytes (int K, int n);
+void psm_bf16_pack (int K, int n, const float *w, void *out);
+void psm_gemm_bf16 (int M, int N, int K, const float *A, int lda, const void *wp, const float *bias, float *C,
+                    int ldc);
 void psm_graph_stale_packed (PsmGraph *g);
 void psm_graph_clear_packed (PsmGraph *g);
 /* C[M, N] = A[M, K] op(W) + bias (bias NULL: none), or C += A op(W) with

@@ -384,9 +384,13 @@ psm_run_eval (PsmModel *m, PsmSplit split, gboolean write_decodes, gboolean json
     psm_run_print_eval (what, meta.step, &r, FALSE);
     g_free (what);
     if (seq)
-      printf ("%ld articles in %.1f s (%.2f articles/s, beam %d)%s", r.n_examples, r.decode_seconds,
+      printf ("%ld articles in %.1f s (%.2f articles/s, beam %d%s)%s", r.n_examples, r.decode_seconds,
               r.n_examples / MAX (r.decode_seconds, 1e-9),
-              (int) psm_section_int (psm_pipeline_section (pl, "decode"), "beam"), isnan (r.mean_gate) ? "\n" : "");
+              (int) psm_section_int (psm_pipeline_section (pl, "decode"), "beam"),
+              strcmp (psm_section_string (psm_pipeline_section (pl, "decode"), "precision"), "bf16") ? ""
+              : psm_amx_usable () ? ", bf16 products on AMX tiles"
+                                  : ", bf16 operands on the single-precision kernel (no AMX here)",
+              isnan (r.mean_gate) ? "\n" : "");
     if (seq && !isnan (r.mean_gate))
       printf (", mean p_gen %.3f\n", r.mean_gate);
     double dec = r.decode_phases[0] + r.decode_phases[1] + r.decode_phases[2] + r.decode_phases[3];

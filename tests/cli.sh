@@ -507,6 +507,25 @@ if cmp -s "$tmp/sort_true.decode.test.txt" "$tmp/sort_false.decode.test.txt" &&
 else
   cat "$tmp/sort_true.out" "$tmp/sort_false.out" > "$tmp/out"; bad "decode.sort: outputs as unsorted"
 fi
+# decode.precision bf16: the products on AMX tiles where the CPU has them
+# (its flags in /proc/cpuinfo), else and with PSM_NO_AMX=1 the rounded
+# operands on the single-precision kernel; every sentence decoded either
+# way; an unknown precision refused by name
+if grep -q 'amx_bf16' /proc/cpuinfo 2>/dev/null; then
+  amx_says="bf16 products on AMX tiles"
+else
+  amx_says="bf16 operands on the single-precision kernel (no AMX here)"
+fi
+for v in "" 1; do
+  what="decode.precision bf16${v:+ with PSM_NO_AMX=1}"
+  pat=$amx_says
+  [ -n "$v" ] && pat="bf16 operands on the single-precision kernel (no AMX here)"
+  expect 0 "$what: says $pat" "$pat" -- env PSM_NO_AMX=$v "$run" --mode decode "$tmp/hl.cfg" \
+    --set "run.dir=$tmp/hl_ps" --set task.lvt=0 --set "task.test=$tmp/hl_len.article.txt" --set 'decode.precision="bf16"'
+  [ "$(wc -l < "$tmp/hl_ps/decode.test.txt")" -eq 12 ] && ok "$what: 12 summaries" || bad "$what: 12 summaries"
+done
+expect 2 "decode.precision: an unknown value is refused by name" 'decode.precision.*unknown value "fp16"' -- \
+  "$run" --mode decode "$tmp/hl.cfg" --set "run.dir=$tmp/hl_ps" --set 'decode.precision="fp16"'
 cp "$tmp/hl_ps/decode.test.txt" "$tmp/sort_before.txt"
 expect 1 "decode.sort: no scratch file is an error that says how to do without" \
   "cannot create a scratch file.*decode.sort = false" -- env TMPDIR="$tmp/nosuchdir" "$run" --mode decode "$tmp/hl.cfg" \

@@ -821,6 +821,113 @@ START_TEST (test_packed_gemm)
 }
 END_TEST
 
+/* decode.precision bf16 (ops/bf16.c). The rounding: to nearest, ties to
+ * even, NaN and infinities kept, the largest floats to infinity. The
+ * product against a double-precision sum of the rounded operands, on the
+ * AMX tiles where the CPU has them and on psm's packed kernel (both here
+ * when it has), shapes with partial tiles of rows, k and columns; and
+ * through psm_linear: a graph set to bf16 without gradients takes it, the
+ * same graph with gradients and one not set keep single precision. */
+static void
+check_gemm_bf16 (PsmRng *rng, int M, int K, int N, gboolean bias)
+{
+  float *A = g_new (float, (size_t) M * (K + 3)), *W = g_new (float, (size_t) K * N), *b = g_new (float, N);
+  float *C = g_new (float, (size_t) M * (N + 5));
+  psm_test_fill (A, (size_t) M * (K + 3), 1.0f, rng);
+  psm_test_fill (W, (size_t) K * N, 1.0f, rng);
+  psm_test_fill (b, N, 1.0f, rng);
+  for (size_t i = 0; i < (size_t) M * (N + 5); i++)
+    C[i] = 7.0f;
+  void *wp = psm_xaligned (psm_bf16_packed_bytes (K, N), "test");
+  psm_bf16_pack (K, N, W, wp);
+  psm_gemm_bf16 (M, N, K, A, K + 3, wp, bias ? b : NULL, C, N + 5);
+  for (int i = 0; i < M; i++) {
+    for (int j = 0; j < N; j++) {
+      double s = bias ? b[j] : 0.0, mag = fabs (s);
+      for (int k = 0; k < K; k++) {
+        double p = (double) psm_bf16_round (A[(size_t) i * (K + 3) + k]) * psm_bf16_round (W[(size_t) k * N + j]);
+        s += p;
+        mag += fabs (p);
+      }
+      float c = C[(size_t) i * (N + 5) + j];
+      ck_assert_msg (fabs (c - s) <= 1e-6 * (K + 1) * mag + 1e-30, "bf16 amx %d M=%d K=%d N=%d C[%d][%d] = %g, want %g",
+                     psm_amx_usable (), M, K, N, i, j, c, s);
+    }
+    for (int j = N; j < N + 5; j++)
+      ck_assert_msg (C[(size_t) i * (N + 5) + j] == 7.0f, "bf16 M=%d N=%d: column %d past N written", M, N, j);
+  }
+  free (wp);
+  g_free (A);
+  g_free (W);
+  g_free (b);
+  g_free (C);
+}
+
+START_TEST (test_gemm_bf16)
+{
+  float one = 1.0f, half = 1.0f + 0x1p-8f, three = 1.0f + 0x3p-8f, big = 3.4e38f;
+  ck_assert (psm_bf16_round (one) == 1.0f && psm_bf16_round (-2.5f) == -2.5f);
+  ck_assert (psm_bf16_round (half) == 1.0f);              /* a tie: the even neighbour, 1 */
+  ck_assert (psm_bf16_round (three) == 1.0f + 0x1p-6f);   /* a tie: the even neighbour, up */
+  ck_assert (psm_bf16_round (1.0f + 0x1.8p-8f) == 1.0f + 0x1p-7f);   /* above the tie: up */
+  ck_assert (isinf (psm_bf16_round (big)) && isinf (psm_bf16_round (-INFINITY)));
+  ck_assert (isnan (psm_bf16_round (NAN)) && psm_bf16_round (0x1p-130f) == 0x1p-130f);
+  ck_assert (psm_bf16_round (0x1p-140f) == 0.0f);   /* below bfloat16's smallest subnormal, 2^-133 */
+  gboolean amx = psm_amx_usable ();
+  if (!amx)
+    fprintf (stderr, "test_gemm_bf16: no AMX here; only the packed kernel's path is checked\n");
+  PsmRng rng;
+  psm_rng_seed (&rng, 21);
+  int Ms[] = { 1, 10, 16, 17, 33, 60, 64, 100 }, Ks[] = { 1, 37, 64, 520 }, Ns[] = { 5, 70, 600 };
+  for (int path = 0; path < 1 + amx; path++) {
+    psm_bf16_amx = path == 0;   /* AMX first when there is one, then the kernel */
+    for (int mi = 0; mi < (int) G_N_ELEMENTS (Ms); mi++)
+      for (int ki = 0; ki < (int) G_N_ELEMENTS (Ks); ki++)
+        for (int ni = 0; ni < (int) G_N_ELEMENTS (Ns); ni++)
+          check_gemm_bf16 (&rng, Ms[mi], Ks[ki], Ns[ni], (mi + ni) % 2);
+  }
+  psm_bf16_amx = TRUE;
+
+  /* through psm_linear: x [12, 40] W [40, 90] */
+  enum { R = 12, K = 40, N = 90 };
+  float *x = g_new (float, R * K), *w = g_new (float, K * N), *b = g_new (float, N), *gx = g_new0 (float, R * K);
+  psm_test_fill (x, R * K, 1.0f, &rng);
+  psm_test_fill (w, K * N, 1.0f, &rng);
+  psm_test_fill (b, N, 1.0f, &rng);
+  int sx[2] = { R, K }, sw[2] = { K, N }, sb[1] = { N };
+  float *y[4];
+  for (int v = 0; v < 4; v++) {   /* 0 fp32, 1 bf16, 2 bf16 set with gradients, 3 bf16 again */
+    PsmGraph *g = psm_graph_new ();
+    psm_graph_set_grad (g, v == 2);
+    psm_graph_set_bf16 (g, v >= 1);
+    psm_graph_const_range (g, w, K * N);
+    PsmTensor *yt = psm_linear (g, psm_tensor_wrap (g, x, v == 2 ? gx : NULL, 2, sx), psm_tensor_wrap (g, w, NULL, 2, sw),
+                                psm_tensor_wrap (g, b, NULL, 1, sb));
+    y[v] = g_memdup2 (yt->data, R * N * sizeof (float));
+    psm_graph_free (g);
+  }
+  double maxd = 0;
+  for (int i = 0; i < R * N; i++) {
+    int r = i / N, j = i % N;
+    double s = b[j], mag = fabs (s);
+    for (int k = 0; k < K; k++) {
+      s += (double) psm_bf16_round (x[r * K + k]) * psm_bf16_round (w[k * N + j]);
+      mag += fabs ((double) x[r * K + k] * w[k * N + j]);
+    }
+    ck_assert_msg (fabs (y[1][i] - s) <= 1e-6 * K * mag, "linear bf16 y[%d] = %g, want %g", i, y[1][i], s);
+    ck_assert (y[2][i] == y[0][i] && y[3][i] == y[1][i]);
+    maxd = MAX (maxd, fabs (y[1][i] - y[0][i]));
+  }
+  ck_assert_msg (maxd > 0, "the bf16 graph gave the single-precision products");
+  for (int v = 0; v < 4; v++)
+    g_free (y[v]);
+  g_free (x);
+  g_free (w);
+  g_free (b);
+  g_free (gx);
+}
+END_TEST
+
 /* The storing variant (psm_linear's packed path, the LSTM cell's h W):
  * A op(B) + bias and C += A op(B) bit for bit as the two passes they
  * replace (the padded product, then the bias or C added), exactly n
@@ -2152,6 +2259,7 @@ main (int argc, char **argv)
   tcase_add_test (tc, test_gru);
   tcase_add_test (tc, test_gru_seq_paths);
   tcase_add_test (tc, test_packed_gemm);
+  tcase_add_test (tc, test_gemm_bf16);
   tcase_add_test (tc, test_packed_gemm_store);
   tcase_add_test (tc, test_gemm_thread_limit);
   tcase_add_test (tc, test_colsum);

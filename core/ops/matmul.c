@@ -457,7 +457,9 @@ psm_linear (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b)
   const float *dm = R > PSM_PACKED_MAX_ROWS ? psm_graph_dropout_of (g, x->data, x->n, &period) : NULL;
   if (dm && dropout_linear (g, x, dm, period, w, b, y))
     return y;
-  if (packed) {   /* the bias added as each block is stored */
+  if (psm_graph_bf16 (g) && !x->grad && !w->grad && psm_graph_is_const (g, w->data)) {
+    psm_gemm_bf16 (R, N, K, x->data, K, psm_graph_packed_bf16 (g, w->data, K, N), b ? b->data : NULL, y->data, N);
+  } else if (packed) {   /* the bias added as each block is stored */
     psm_gemm_packed (R, N, K, x->data, K, psm_graph_packed (g, w->data, K, N, FALSE), b ? b->data : NULL, FALSE,
                      y->data, N);
   } else {
