@@ -7,10 +7,10 @@
  * and each product is a run of TDPBF16PS on 16 x 32 tiles of x against
  * 32 x 16 of W: about sixteen times the multiply-adds a cycle of AVX-512's
  * FMAs (3,800 against 242 GFLOP/s on a core of an Intel host, BENCHMARKS.md
- * e; AVX512-BF16's VDPBF16PS ran at half the FMAs' rate there). Elsewhere the same rounded operands go through psm's packed
- * single-precision kernel: the same products, summed in another order (to
- * a few units in the last place of the sums), and no faster. Only the
- * decoding graph uses this (psm_graph_set_bf16), never training: a
+ * e; AVX512-BF16's VDPBF16PS ran at half the FMAs' rate there). Elsewhere
+ * the same rounded operands go through psm's packed single-precision
+ * kernel: the same products, summed in another order, and no faster. Only
+ * the decoding graph uses this (psm_graph_set_bf16), never training: a
  * gradient through rounded weights would be another model.
  *
  * AMX layout of a packed W (K x n): panels of 32 columns, each Kb = ceil
