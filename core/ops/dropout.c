@@ -36,9 +36,16 @@ psm_locked_dropout (PsmGraph *g, PsmTensor *x, float p)
     m[i] = psm_rng_u32 (rng) >= below ? keep : 0.0f;
   PsmTensor *in[1] = { x };
   PsmTensor *y = psm_op_out (g, x->ndim, x->shape, 1, in);
-  for (size_t o = 0; o < x->n; o += period)
+  /* elementwise: the threads share the periods out, the same products */
+  size_t np = x->n / period;
+#pragma omp parallel for if (x->n >= 65536) schedule (static)
+  for (size_t o = 0; o < np; o++) {
+    const float *xs = x->data + o * period;
+    float *ys = y->data + o * period;
+#pragma omp simd
     for (size_t i = 0; i < period; i++)
-      y->data[o + i] = x->data[o + i] * m[i];
+      ys[i] = xs[i] * m[i];
+  }
   psm_graph_note_dropout (g, y->data, y->n, m, period);   /* for psm_linear of y */
   PsmNode *n = psm_graph_record (g, PSM_OP_LOCKED_DROPOUT, y, 1, in);
   if (n)
@@ -52,10 +59,17 @@ psm_locked_dropout_backward (PsmNode *n)
   PsmTensor *x = n->in[0], *y = n->out;
   const float *m = n->aux[0];
   size_t period = x->ndim == 2 ? x->n : x->n / (size_t) x->shape[0];
-  if (x->grad)
-    for (size_t o = 0; o < x->n; o += period)
+  size_t np = x->n / period;
+  if (x->grad) {
+#pragma omp parallel for if (x->n >= 65536) schedule (static)
+    for (size_t o = 0; o < np; o++) {
+      float *dx = x->grad + o * period;
+      const float *dy = y->grad + o * period;
+#pragma omp simd
       for (size_t i = 0; i < period; i++)
-        x->grad[o + i] += y->grad[o + i] * m[i];
+        dx[i] += dy[i] * m[i];
+    }
+  }
 }
 
 float *
