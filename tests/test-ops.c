@@ -1067,6 +1067,37 @@ START_TEST (test_lstm)
 }
 END_TEST
 
+/* Without a gradient (decoding) the cell keeps no gates and runs one fused
+ * loop per row, over the threads: the same h' and c' to the bit as with
+ * one, masked rows included. */
+START_TEST (test_lstm_no_grad)
+{
+  PsmRng rng;
+  psm_rng_seed (&rng, 8);
+  int B = 72, H = 512;   /* B H >= 32768: the threaded loop */
+  Case c = { 0 };
+  alloc_in (&c, 0, 2, B, 4 * H, 0, &rng, 2.0f);
+  alloc_in (&c, 1, 2, B, H, 0, &rng, 1.0f);
+  alloc_in (&c, 2, 2, B, H, 0, &rng, 1.0f);
+  alloc_in (&c, 3, 2, H, 4 * H, 0, &rng, 0.1f);
+  for (int b = 0; b < B; b++)
+    c.mask[b] = b % 5 == 3 ? 0.0f : 1.0f;
+  for (int masked = 0; masked < 2; masked++) {
+    PsmGraph *gg = psm_graph_new (), *gn = psm_graph_new ();
+    psm_graph_set_grad (gn, FALSE);
+    const float *m = masked ? c.mask : NULL;
+    PsmTensor *a = psm_lstm_cell (gg, in (gg, &c, 0), in (gg, &c, 1), in (gg, &c, 2), in (gg, &c, 3), m);
+    PsmTensor *b = psm_lstm_cell (gn, in (gn, &c, 0), in (gn, &c, 1), in (gn, &c, 2), in (gn, &c, 3), m);
+    ck_assert (a->grad && !b->grad);
+    ck_assert_msg (!memcmp (a->data, b->data, a->n * sizeof (float)), "lstm_cell without a gradient differs (mask %d)",
+                   masked);
+    psm_graph_free (gg);
+    psm_graph_free (gn);
+  }
+  free_case (&c);
+}
+END_TEST
+
 static PsmTensor *
 f_lstm_seq (PsmGraph *g, void *ud)
 {
@@ -2264,6 +2295,7 @@ main (int argc, char **argv)
   tcase_add_test (tc, test_gemm_thread_limit);
   tcase_add_test (tc, test_colsum);
   tcase_add_test (tc, test_lstm);
+  tcase_add_test (tc, test_lstm_no_grad);
   tcase_add_test (tc, test_lstm_seq);
   tcase_add_test (tc, test_lstm_seq_cols);
   tcase_add_test (tc, test_gru_seq_cols);

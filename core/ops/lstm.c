@@ -17,6 +17,43 @@
 #include "psm-private.h"
 #include "fastmath.h"
 
+/* One row of the cell: h', c' from G's row gr and c's row cp. With s,
+ * s = [i f g o tanh c'] for the backward, the gates first in two vector
+ * loops; without, one loop of the same arithmetic (the same values). */
+static inline __attribute__ ((always_inline)) void
+cell_row (int H, const float *restrict gr, const float *restrict cp, float *restrict ho, float *restrict co,
+          float *restrict s)
+{
+#pragma omp simd
+  for (int j = 0; j < 2 * H; j++)
+    s[j] = psm_fast_sigmoidf (gr[j]);
+#pragma omp simd
+  for (int j = 0; j < H; j++) {
+    s[2 * H + j] = psm_fast_tanhf (gr[2 * H + j]);
+    s[3 * H + j] = psm_fast_sigmoidf (gr[3 * H + j]);
+  }
+#pragma omp simd
+  for (int j = 0; j < H; j++) {
+    float cn = s[H + j] * cp[j] + s[j] * s[2 * H + j], tc = psm_fast_tanhf (cn);
+    co[j] = cn;
+    ho[j] = s[3 * H + j] * tc;
+    s[4 * H + j] = tc;
+  }
+}
+
+static inline __attribute__ ((always_inline)) void
+cell_row_nosave (int H, const float *restrict gr, const float *restrict cp, float *restrict ho, float *restrict co)
+{
+#pragma omp simd
+  for (int j = 0; j < H; j++) {
+    float i = psm_fast_sigmoidf (gr[j]), f = psm_fast_sigmoidf (gr[H + j]);
+    float gg = psm_fast_tanhf (gr[2 * H + j]), o = psm_fast_sigmoidf (gr[3 * H + j]);
+    float cn = f * cp[j] + i * gg;
+    co[j] = cn;
+    ho[j] = o * psm_fast_tanhf (cn);
+  }
+}
+
 PsmTensor *
 psm_lstm_cell (PsmGraph *g, PsmTensor *xp, PsmTensor *h, PsmTensor *c, PsmTensor *w, const float *mask)
 {
@@ -28,7 +65,8 @@ psm_lstm_cell (PsmGraph *g, PsmTensor *xp, PsmTensor *h, PsmTensor *c, PsmTensor
   PsmTensor *out = psm_op_out (g, 3, shape, 4, in);
   float *G = psm_xmalloc ((size_t) MAX (B, 1) * 4 * H * sizeof (float), "LSTM scratch");
   float *hc = mask ? psm_xmalloc ((size_t) B * H * sizeof (float), "LSTM scratch") : NULL;
-  float *sv = psm_graph_alloc (g, (size_t) B * 5 * H * sizeof (float));
+  /* the gates and tanh c' for the backward; without one (decoding) none */
+  float *sv = out->grad ? psm_graph_alloc (g, (size_t) B * 5 * H * sizeof (float)) : NULL;
   /* G's row r: the r-th real row (mask NULL: all), xp + h W */
   const float *xin, *hin;
   int R = psm_pack_real_rows (mask, 0, B, 0, B, xp->data, 4 * H, G, &xin);
@@ -41,33 +79,28 @@ psm_lstm_cell (PsmGraph *g, PsmTensor *xp, PsmTensor *h, PsmTensor *c, PsmTensor
   else if (R)
     psm_gemm (FALSE, FALSE, R, 4 * H, H, 1.0f, hin, H, w->data, 4 * H, 1.0f, G, 4 * H);
   free (hc);
+  /* G's row of example b: the real rows before b */
+  int *grow = mask ? psm_xmalloc ((size_t) MAX (B, 1) * sizeof (int), "LSTM scratch") : NULL;
+  if (mask) {
+    for (int b = 0, r = 0; b < B; b++)
+      grow[b] = mask[b] != 0.0f ? r++ : -1;
+  }
   float *ho = out->data, *co = out->data + (size_t) B * H;
-  for (int b = 0, r = 0; b < B; b++) {
+#pragma omp parallel for if ((long) B * H >= 32768) schedule (static)
+  for (int b = 0; b < B; b++) {
     const float *cp = c->data + (size_t) b * H;
-    float *s = sv + (size_t) b * 5 * H;
-    if (mask && mask[b] == 0.0f) {
+    if (mask && grow[b] < 0) {
       memcpy (ho + (size_t) b * H, h->data + (size_t) b * H, H * sizeof (float));
       memcpy (co + (size_t) b * H, cp, H * sizeof (float));
       continue;
     }
-    const float *gr = G + (size_t) r++ * 4 * H;
-    /* s = [i f g o tanh c']: gates first, in two vector loops */
-#pragma omp simd
-    for (int j = 0; j < 2 * H; j++)
-      s[j] = psm_fast_sigmoidf (gr[j]);
-#pragma omp simd
-    for (int j = 0; j < H; j++) {
-      s[2 * H + j] = psm_fast_tanhf (gr[2 * H + j]);
-      s[3 * H + j] = psm_fast_sigmoidf (gr[3 * H + j]);
-    }
-#pragma omp simd
-    for (int j = 0; j < H; j++) {
-      float cn = s[H + j] * cp[j] + s[j] * s[2 * H + j], tc = psm_fast_tanhf (cn);
-      co[(size_t) b * H + j] = cn;
-      ho[(size_t) b * H + j] = s[3 * H + j] * tc;
-      s[4 * H + j] = tc;
-    }
+    const float *gr = G + (size_t) (mask ? grow[b] : b) * 4 * H;
+    if (sv)
+      cell_row (H, gr, cp, ho + (size_t) b * H, co + (size_t) b * H, sv + (size_t) b * 5 * H);
+    else
+      cell_row_nosave (H, gr, cp, ho + (size_t) b * H, co + (size_t) b * H);
   }
+  free (grow);
   free (G);
   PsmNode *n = psm_graph_record (g, PSM_OP_LSTM_CELL, out, 4, in);
   if (n) {
