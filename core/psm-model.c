@@ -57,6 +57,7 @@ struct PsmModel {
   const char *head_name;        /* the head plugin's name (JSON output) */
   gboolean check_mode;          /* psm_model_check_mode */
   gboolean all_rows;            /* psm_model_set_all_rows */
+  gboolean want_importance;     /* the next encodings' PsmEncoding.want_importance (JSON output) */
 };
 
 PsmGraph *psm_model_graph (PsmModel *m) { return m->g; }
@@ -533,6 +534,7 @@ encode (PsmModel *m, PsmGraph *g, const PsmBatch *b, PsmEncoding *enc)
   int shape[3] = { b->T, b->B, psm_tensor_cols (table) };
   x = psm_tensor_reshape (g, x, 3, shape);
   memset (enc, 0, sizeof *enc);
+  enc->want_importance = m->want_importance;
   enc->T = b->T;
   enc->B = b->B;
   enc->mask = b->src_mask;
@@ -1491,7 +1493,9 @@ eval_sequences (PsmModel *m, PsmSplit split, const PsmBatch *b, const PsmEvalOpt
   d.top = g_array_new (FALSE, FALSE, sizeof (int32_t));
   d.attn = opt && opt->json ? g_array_new (FALSE, FALSE, sizeof (float)) : NULL;
   PsmHyp *hyps = g_new0 (PsmHyp, b->B);
+  m->want_importance = opt && opt->json;   /* json_record reads it */
   gboolean ok = decode_batch (m, b, &d, hyps, error);
+  m->want_importance = FALSE;
   if (phases) {
     phases[0] += 1e-6 * d.t_enc;
     phases[1] += 1e-6 * d.t_dec;

@@ -524,6 +524,17 @@ for v in "" 1; do
     --set "run.dir=$tmp/hl_ps" --set task.lvt=0 --set "task.test=$tmp/hl_len.article.txt" --set 'decode.precision="bf16"'
   [ "$(wc -l < "$tmp/hl_ps/decode.test.txt")" -eq 12 ] && ok "$what: 12 summaries" || bad "$what: 12 summaries"
 done
+# the read-again LSTM's importance (inspection only) is computed when
+# decoding writes JSON, the one place that reads it (PsmEncoding.want_importance)
+sed -e 's/encoder = { plugin = "bigru"; hidden = 16; }; decoder = { plugin = "gru_attn"; hidden = 16; };/encoder = { plugin = "readagain_lstm"; hidden = 16; }; decoder = { plugin = "lstm_attn"; hidden = 16; init = "bridge"; };/' \
+    -e 's/head = { plugin = "pointer_softmax";[^}]*}/head = { plugin = "copy"; }/' -e 's/lvt = 8;//' "$tmp/hl.cfg" > "$tmp/hl_ra.cfg"
+expect 0 "headline: a read-again LSTM with copy trains" "test" -- "$run" "$tmp/hl_ra.cfg" --set "run.dir=$tmp/hl_ra" \
+  --set train.steps=4 --set train.eval_every=4
+expect 0 "read-again LSTM: decodes with --json" "summaries written" -- \
+  "$run" --mode decode --json "$tmp/hl_ra.cfg" --set "run.dir=$tmp/hl_ra"
+[ "$(grep -c '"importance": \[0\.' "$tmp/hl_ra/decode.test.jsonl")" -eq "$(wc -l < "$tmp/hl_ra/decode.test.txt")" ] \
+  && ok "read-again LSTM: every JSON record has its importance" \
+  || { cp "$tmp/hl_ra/decode.test.jsonl" "$tmp/out"; bad "read-again LSTM: importance in the JSON records"; }
 expect 2 "decode.precision: an unknown value is refused by name" 'decode.precision.*unknown value "fp16"' -- \
   "$run" --mode decode "$tmp/hl.cfg" --set "run.dir=$tmp/hl_ps" --set 'decode.precision="fp16"'
 cp "$tmp/hl_ps/decode.test.txt" "$tmp/sort_before.txt"

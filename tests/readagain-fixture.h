@@ -25,10 +25,15 @@ typedef struct {
 
 static PsmTaskInfo info = { sizeof (PsmTaskInfo), 10, 10, 10, T, 1, -1, -1, 0 };
 
+/* PsmEncoding.want_importance as the core sets it: TRUE when decoding
+ * writes JSON */
+static gboolean want_importance = TRUE;
+
 static void
 encode (Fix *f, PsmGraph *g, PsmTensor *emb, const float *mask, const int32_t *seg, PsmEncoding *out)
 {
   memset (out, 0, sizeof *out);
+  out->want_importance = want_importance;
   out->T = emb->shape[0];
   out->B = emb->shape[1];
   out->mask = mask;
@@ -131,6 +136,14 @@ START_TEST (test_padding)
 #ifdef RA_IMPORTANCE_IS_GATE
     for (int i = 0; i < T * B * H; i++)
       ck_assert (out.importance->data[i] > 0.0f && out.importance->data[i] < 1.0f);
+    /* inspection only: not computed when nothing will read it, and the
+     * encoding the same without it */
+    PsmEncoding o0;
+    want_importance = FALSE;
+    encode (&f, g, psm_tensor_wrap (g, f.emb, NULL, 3, s), f.mask, two ? f.seg : NULL, &o0);
+    want_importance = TRUE;
+    ck_assert (o0.importance == NULL);
+    ck_assert (!memcmp (o0.annotations->data, out.annotations->data, out.annotations->n * sizeof (float)));
 #endif
     psm_graph_free (g);
     teardown (&f);

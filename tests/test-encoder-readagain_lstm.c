@@ -3,7 +3,8 @@
  * input for one sentence with padding (the fused sequence path) and two
  * sentences (options 1 and 2: the per-step path with restarts); padding
  * does not change an example's encoding or its input-gate importance,
- * which lies in (0, 1) and exists only outside training. */
+ * which lies in (0, 1) and exists only outside training, when the core
+ * asks for it (PsmEncoding.want_importance). */
 #define RA_PLUGIN "readagain_lstm"
 #define RA_IMPORTANCE_IS_GATE 1
 #include "readagain-fixture.h"

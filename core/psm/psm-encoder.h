@@ -35,6 +35,11 @@ typedef struct {
    * importance weights alpha_i (Zeng et al. §3.1); the decoder's JSON
    * output lists its mean over D per token. NULL: none. */
   PsmTensor *importance;
+  /* ABI 1.16, set by the core: whether anything will read importance (the
+   * decoder's JSON output). An encoder whose importance serves inspection
+   * only may skip it when FALSE; encoders built for older ABIs cannot see
+   * this and compute it as before. */
+  gboolean want_importance;
 } PsmEncoding;
 
 typedef struct {

@@ -57,9 +57,10 @@ G_BEGIN_DECLS
  * PsmTaskCtx.text_only (decoding raw text: a task may read none of its
  * splits). 1.15: psm_params_grad_norm, psm_clip_scale and
  * psm_optim_step_zero (the clip, the update and the zeroing of the
- * gradients in one pass). */
+ * gradients in one pass). 1.16: PsmEncoding.want_importance (an encoder
+ * skips inspection-only importance weights nothing will read). */
 #define PSM_ABI_MAJOR 1
-#define PSM_ABI_MINOR 15
+#define PSM_ABI_MINOR 16
 #define PSM_PLUGIN_ENTRY_SYMBOL "psm_plugin_entry"
 
 typedef enum {

@@ -5,9 +5,10 @@
  * g_i is the global vector of token i's sentence(s) (h¹_n for one sentence;
  * readagain.h), so every gate of the second read sees the whole sentence.
  * Annotations are the second read's states, the summary its last state h²
- * (padding carries it). Outside training the encoding's importance is the
- * second read's input-gate activity s(i_i) [T, B, H] (the LSTM's
- * counterpart of the GRU version's alpha). Input projections of all steps
+ * (padding carries it). Outside training, when the core asks for it (the
+ * decoder's JSON output), the encoding's importance is the second read's
+ * input-gate activity s(i_i) [T, B, H] (the LSTM's counterpart of the GRU
+ * version's alpha). Input projections of all steps
  * are one GEMM per read; a single sentence runs both reads as the fused
  * sequence op, several sentences a fused cell per step. */
 #include <string.h>
@@ -100,7 +101,7 @@ rl_encode (void *self, PsmGraph *g, PsmParams *p, PsmTensor *emb, const float *m
   PsmTensor *h2 = lstm_read (g, xp2, w2, mask, keep, H);
   out->annotations = psm_locked_dropout (g, h2, s->dropout);
   out->summary = psm_tensor_step (g, h2, T - 1);
-  if (!psm_graph_grad_enabled (g))
+  if (!psm_graph_grad_enabled (g) && out->want_importance)
     out->importance = input_gate (g, xp2, h2, w2, out, keep, H);
 }
 
