@@ -17,20 +17,17 @@
 #include "psm-private.h"
 #include "fastmath.h"
 
-/* One row of the cell: h', c' from G's row gr and c's row cp. With s,
- * s = [i f g o tanh c'] for the backward, the gates first in two vector
- * loops; without, one loop of the same arithmetic (the same values). */
-static inline __attribute__ ((always_inline)) void
-cell_row (int H, const float *restrict gr, const float *restrict cp, float *restrict ho, float *restrict co,
-          float *restrict s)
+/* Gates and new state of one row from its pre-activations G [4H]. */
+static inline void
+lstm_row_forward (int H, const float *G, const float *cp, float *s, float *ho, float *co)
 {
 #pragma omp simd
   for (int j = 0; j < 2 * H; j++)
-    s[j] = psm_fast_sigmoidf (gr[j]);
+    s[j] = psm_fast_sigmoidf (G[j]);
 #pragma omp simd
   for (int j = 0; j < H; j++) {
-    s[2 * H + j] = psm_fast_tanhf (gr[2 * H + j]);
-    s[3 * H + j] = psm_fast_sigmoidf (gr[3 * H + j]);
+    s[2 * H + j] = psm_fast_tanhf (G[2 * H + j]);
+    s[3 * H + j] = psm_fast_sigmoidf (G[3 * H + j]);
   }
 #pragma omp simd
   for (int j = 0; j < H; j++) {
@@ -41,8 +38,11 @@ cell_row (int H, const float *restrict gr, const float *restrict cp, float *rest
   }
 }
 
+/* The same without keeping the gates (no backward will read them): one
+ * loop of the same arithmetic, the same h' and c'. */
 static inline __attribute__ ((always_inline)) void
-cell_row_nosave (int H, const float *restrict gr, const float *restrict cp, float *restrict ho, float *restrict co)
+lstm_row_forward_nosave (int H, const float *restrict gr, const float *restrict cp, float *restrict ho,
+                         float *restrict co)
 {
 #pragma omp simd
   for (int j = 0; j < H; j++) {
@@ -96,9 +96,9 @@ psm_lstm_cell (PsmGraph *g, PsmTensor *xp, PsmTensor *h, PsmTensor *c, PsmTensor
     }
     const float *gr = G + (size_t) (mask ? grow[b] : b) * 4 * H;
     if (sv)
-      cell_row (H, gr, cp, ho + (size_t) b * H, co + (size_t) b * H, sv + (size_t) b * 5 * H);
+      lstm_row_forward (H, gr, cp, sv + (size_t) b * 5 * H, ho + (size_t) b * H, co + (size_t) b * H);
     else
-      cell_row_nosave (H, gr, cp, ho + (size_t) b * H, co + (size_t) b * H);
+      lstm_row_forward_nosave (H, gr, cp, ho + (size_t) b * H, co + (size_t) b * H);
   }
   free (grow);
   free (G);
@@ -171,27 +171,6 @@ typedef struct {
   const float *zh, *zc;   /* zoneout weights [T, B, H] or NULL */
   const float *wpt;       /* W^T packed in the graph's cache, or NULL */
 } LstmSeqSaved;
-
-/* Gates and new state of one row from its pre-activations G [4H]. */
-static inline void
-lstm_row_forward (int H, const float *G, const float *cp, float *s, float *ho, float *co)
-{
-#pragma omp simd
-  for (int j = 0; j < 2 * H; j++)
-    s[j] = psm_fast_sigmoidf (G[j]);
-#pragma omp simd
-  for (int j = 0; j < H; j++) {
-    s[2 * H + j] = psm_fast_tanhf (G[2 * H + j]);
-    s[3 * H + j] = psm_fast_sigmoidf (G[3 * H + j]);
-  }
-#pragma omp simd
-  for (int j = 0; j < H; j++) {
-    float cn = s[H + j] * cp[j] + s[j] * s[2 * H + j], tc = psm_fast_tanhf (cn);
-    co[j] = cn;
-    ho[j] = s[3 * H + j] * tc;
-    s[4 * H + j] = tc;
-  }
-}
 
 /* Rows [b0, b1) over the whole sequence. G: scratch [b1 - b0, ldg]; hc
  * scratch [b1 - b0, H]. wp: packed W, or NULL for one psm_gemm per step.
