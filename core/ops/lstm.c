@@ -7,7 +7,8 @@
  *   dG_i = dc~ g i (1 - i)  dG_f = dc~ c f (1 - f)
  *   dG_g = dc~ i (1 - g^2)  dG_o = dh' tanh(c') o (1 - o)
  *   dc += dc~ f   dxp += dG   dh += dG W^T   dW += h^T dG
- * Output is [2, B, H] (h' then c'). Saved: i, f, g, o, tanh c' ([B, 5H]).
+ * Output is [2, B, H] (h' then c'). Saved, when a gradient will be taken:
+ * i, f, g, o, tanh c' ([B, 5H]).
  * Rows with mask 0 carry (h, c) unchanged. */
 #include "config.h"
 #include <math.h>
