@@ -1067,14 +1067,38 @@ START_TEST (test_lstm)
 }
 END_TEST
 
-/* Without a gradient (decoding) the cell keeps no gates and runs one fused
- * loop per row, over the threads: the same h' and c' to the bit as with
- * one, masked rows included. */
+/* Without a gradient (decoding) the cell and the sequence keep no gates
+ * and run one fused loop per row, the cell's rows over the threads: the
+ * same h' and c' to the bit as with one, masked rows included. */
+static PsmTensor *
+cell_op (PsmGraph *g, Case *c, int masked)
+{
+  return psm_lstm_cell (g, in (g, c, 0), in (g, c, 1), in (g, c, 2), in (g, c, 3), masked ? c->mask : NULL);
+}
+
+static PsmTensor *
+seq_op (PsmGraph *g, Case *c, int rev)
+{
+  return psm_lstm_seq (g, in (g, c, 0), in (g, c, 1), in (g, c, 2), in (g, c, 3), c->mask, rev);
+}
+
+static void
+same_without_grad (const char *what, PsmTensor *(*op) (PsmGraph *, Case *, int), Case *c, int arg)
+{
+  PsmGraph *gg = psm_graph_new (), *gn = psm_graph_new ();
+  psm_graph_set_grad (gn, FALSE);
+  PsmTensor *a = op (gg, c, arg), *b = op (gn, c, arg);
+  ck_assert (a->grad && !b->grad);
+  ck_assert_msg (!memcmp (a->data, b->data, a->n * sizeof (float)), "%s without a gradient differs (%d)", what, arg);
+  psm_graph_free (gg);
+  psm_graph_free (gn);
+}
+
 START_TEST (test_lstm_no_grad)
 {
   PsmRng rng;
   psm_rng_seed (&rng, 8);
-  int B = 72, H = 512;   /* B H >= 32768: the threaded loop */
+  int B = 72, H = 512;   /* B H >= 32768: the cell's threaded loop */
   Case c = { 0 };
   alloc_in (&c, 0, 2, B, 4 * H, 0, &rng, 2.0f);
   alloc_in (&c, 1, 2, B, H, 0, &rng, 1.0f);
@@ -1082,19 +1106,21 @@ START_TEST (test_lstm_no_grad)
   alloc_in (&c, 3, 2, H, 4 * H, 0, &rng, 0.1f);
   for (int b = 0; b < B; b++)
     c.mask[b] = b % 5 == 3 ? 0.0f : 1.0f;
-  for (int masked = 0; masked < 2; masked++) {
-    PsmGraph *gg = psm_graph_new (), *gn = psm_graph_new ();
-    psm_graph_set_grad (gn, FALSE);
-    const float *m = masked ? c.mask : NULL;
-    PsmTensor *a = psm_lstm_cell (gg, in (gg, &c, 0), in (gg, &c, 1), in (gg, &c, 2), in (gg, &c, 3), m);
-    PsmTensor *b = psm_lstm_cell (gn, in (gn, &c, 0), in (gn, &c, 1), in (gn, &c, 2), in (gn, &c, 3), m);
-    ck_assert (a->grad && !b->grad);
-    ck_assert_msg (!memcmp (a->data, b->data, a->n * sizeof (float)), "lstm_cell without a gradient differs (mask %d)",
-                   masked);
-    psm_graph_free (gg);
-    psm_graph_free (gn);
-  }
+  for (int masked = 0; masked < 2; masked++)
+    same_without_grad ("lstm_cell (masked?)", cell_op, &c, masked);
   free_case (&c);
+  /* the sequence's rows over the threads, both directions */
+  int T = 3, Bs = 20;
+  Case q = { 0 };
+  alloc_in (&q, 0, 3, T, Bs, 4 * H, &rng, 2.0f);
+  alloc_in (&q, 1, 2, Bs, H, 0, &rng, 1.0f);
+  alloc_in (&q, 2, 2, Bs, H, 0, &rng, 1.0f);
+  alloc_in (&q, 3, 2, H, 4 * H, 0, &rng, 0.1f);
+  for (int i = 0; i < T * Bs; i++)
+    q.mask[i] = i % 7 == 2 ? 0.0f : 1.0f;
+  for (int rev = 0; rev < 2; rev++)
+    same_without_grad ("lstm_seq (reverse?)", seq_op, &q, rev);
+  free_case (&q);
 }
 END_TEST
 

@@ -177,7 +177,7 @@ typedef struct {
  * scratch [b1 - b0, H]. wp: packed W, or NULL for one psm_gemm per step.
  * keep: cs and sv hold every step [T, B, .] for the backward pass;
  * otherwise (no gradient) cs holds two steps [2, B, H], alternating, and
- * sv one row [5H] a thread. */
+ * no gate is kept (sv NULL). */
 static void
 lstm_seq_forward_rows (int T, int B, int H, int b0, int b1, gboolean rev, const float *xp, const float *h0,
                        const float *c0, const float *w, const float *wp, const float *mask, float *hs, float *cs,
@@ -195,7 +195,7 @@ lstm_seq_forward_rows (int T, int B, int H, int b0, int b1, gboolean rev, const 
       psm_gemm (FALSE, FALSE, n, 4 * H, H, 1.0f, hin, H, w, 4 * H, 0.0f, G, ldg);
     for (int b = b0, r = 0; b < b1; b++) {
       size_t row = (size_t) t * B + b;
-      float *ho = hs + row * H, *co = cs + ((size_t) ct * B + b) * H, *s = keep ? sv + row * 5 * H : sv;
+      float *ho = hs + row * H, *co = cs + ((size_t) ct * B + b) * H, *s = keep ? sv + row * 5 * H : NULL;
       if (mask && mask[row] == 0.0f) {
         memcpy (ho, hp + (size_t) b * H, H * sizeof (float));
         memcpy (co, cp + (size_t) b * H, H * sizeof (float));
@@ -208,7 +208,10 @@ lstm_seq_forward_rows (int T, int B, int H, int b0, int b1, gboolean rev, const 
 #pragma omp simd
       for (int j = 0; j < 4 * H; j++)
         gr[j] += x[j];
-      lstm_row_forward (H, gr, cp + (size_t) b * H, s, ho, co);
+      if (keep)
+        lstm_row_forward (H, gr, cp + (size_t) b * H, s, ho, co);
+      else
+        lstm_row_forward_nosave (H, gr, cp + (size_t) b * H, ho, co);
       if (zh) {   /* zoneout: d of the units keep their previous value */
         const float *dh = zh + row * H, *dc = zc + row * H, *hpr = hp + (size_t) b * H, *cpr = cp + (size_t) b * H;
 #pragma omp simd
@@ -324,7 +327,7 @@ psm_lstm_seq_zoneout (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTe
   PsmTensor *out = psm_op_out (g, 3, shape, 4, in);
   size_t BH = (size_t) B * H;
   /* without a gradient nothing is kept for a backward pass: the cell
-   * states of two steps and one row of gate values a thread */
+   * states of two steps, and no gate values */
   gboolean keep = out->grad != NULL;
   float *sv = keep ? psm_graph_alloc (g, (size_t) T * B * 5 * H * sizeof (float)) : NULL;
   float *cs = psm_graph_alloc (g, (size_t) (keep ? T : 2) * BH * sizeof (float));
@@ -341,12 +344,10 @@ psm_lstm_seq_zoneout (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTe
       psm_pack_row_split (B, omp_get_num_threads (), omp_get_thread_num (), &b0, &b1);
       float *G = psm_xaligned ((size_t) MAX (b1 - b0, 1) * ldg * sizeof (float), "LSTM scratch");
       float *hc = mask ? psm_xmalloc ((size_t) MAX (b1 - b0, 1) * H * sizeof (float), "LSTM scratch") : NULL;
-      float *row_sv = keep ? NULL : psm_xmalloc (5 * H * sizeof (float), "LSTM scratch");
       if (own)
         psm_pack_shared (H, 4 * H, w->data, 4 * H, FALSE, own);
       lstm_seq_forward_rows (T, B, H, b0, b1, reverse, xp->data + col0, h0->data, c0->data, w->data, wp, mask,
-                             out->data, cs, keep ? sv : row_sv, G, ldg, hc, keep, ldx, zh, zc);
-      free (row_sv);
+                             out->data, cs, sv, G, ldg, hc, keep, ldx, zh, zc);
       free (hc);
       free (G);
     }
@@ -354,10 +355,8 @@ psm_lstm_seq_zoneout (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTe
   } else {
     float *G = psm_xmalloc ((size_t) B * ldg * sizeof (float), "LSTM scratch");
     float *hc = mask ? psm_xmalloc ((size_t) B * H * sizeof (float), "LSTM scratch") : NULL;
-    float *row_sv = keep ? NULL : psm_xmalloc (5 * H * sizeof (float), "LSTM scratch");
     lstm_seq_forward_rows (T, B, H, 0, B, reverse, xp->data + col0, h0->data, c0->data, w->data, NULL, mask,
-                           out->data, cs, keep ? sv : row_sv, G, ldg, hc, keep, ldx, zh, zc);
-    free (row_sv);
+                           out->data, cs, sv, G, ldg, hc, keep, ldx, zh, zc);
     free (hc);
     free (G);
   }
