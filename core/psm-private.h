@@ -241,7 +241,9 @@ void psm_graph_clear_packed (PsmGraph *g);
  * threads, each storing straight into C. */
 void psm_gemm_packed (int M, int N, int K, const float *A, int lda, const float *wp, const float *bias, gboolean acc,
                       float *C, int ldc);
-/* The rows up to which a GEMM uses packed weights when it can. */
+/* The rows up to which a GEMM uses packed weights when it can (in a graph
+ * without gradients, where the wide kernel is built, any number:
+ * psm_packed_rows_ok). */
 #define PSM_PACKED_MAX_ROWS 64
 
 /* Beam expansion (decoding): the core repeats each article's annotations
@@ -389,6 +391,24 @@ psm_dotf (const float *a, const float *b, int n)
 #else
 #define PSM_PACK_FAST 0
 #endif
+/* The wide kernel (packgemm.c): with AVX-512 registers, 6 rows against two
+ * panels at a time, for products of PSM_PACK_WIDE_ROWS rows or more; and
+ * then also the decoding graphs' products of more than
+ * PSM_PACKED_MAX_ROWS rows take the packed path (psm_packed_rows_ok). */
+#if PSM_PACK_VL == 16 && PSM_PACK_FAST
+#define PSM_PACK_WIDE 1
+#else
+#define PSM_PACK_WIDE 0
+#endif
+#define PSM_PACK_WIDE_ROWS 2
+/* Whether a product of that many rows against a constant W takes the
+ * packed path: few rows in any graph; any number in a graph without
+ * gradients (decoding, validation) where the wide kernel is built. */
+static inline gboolean
+psm_packed_rows_ok (const PsmGraph *g, int rows)
+{
+  return PSM_PACK_FAST && (rows <= PSM_PACKED_MAX_ROWS || (PSM_PACK_WIDE && !psm_graph_grad_enabled (g)));
+}
 /* psm_gru_seq runs on packed weights when set (default PSM_PACK_FAST),
  * else on one psm_gemm per step; tests set it both ways. */
 extern gboolean psm_gru_packed;

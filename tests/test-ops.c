@@ -182,6 +182,37 @@ START_TEST (test_packed_weights)
   check_all ("linear (packed W)", f_linear, &c, 3, 1e-2f);
   free_case (&c);
 
+  /* more rows than PSM_PACKED_MAX_ROWS: in a graph without gradients
+   * (decoding) psm_linear and psm_lstm_cell take the packed path where the
+   * wide kernel is built, and give the BLAS path's values */
+  {
+    Case d = { 0 };
+    int R = PSM_PACKED_MAX_ROWS + 37, Hd = 40;   /* 4H = 160: two pairs of panels at AVX-512's 32 columns */
+    alloc_in (&d, 0, 2, R, 4 * Hd, 0, &rng, 1.0f);
+    alloc_in (&d, 1, 2, R, Hd, 0, &rng, 1.0f);
+    alloc_in (&d, 2, 2, R, Hd, 0, &rng, 1.0f);
+    alloc_in (&d, 3, 2, Hd, 4 * Hd, 0, &rng, 0.5f);
+    alloc_in (&d, 4, 1, 4 * Hd, 0, 0, &rng, 0.5f);
+    PsmGraph *gd = psm_graph_new (), *gb = psm_graph_new ();
+    psm_graph_set_grad (gd, FALSE);
+    psm_graph_const_range (gd, d.x[3], n_of (&d, 3));
+    PsmTensor *y = psm_linear (gd, in (gd, &d, 1), in (gd, &d, 3), in (gd, &d, 4));
+    PsmTensor *y2 = psm_linear (gb, in (gb, &d, 1), in (gb, &d, 3), in (gb, &d, 4));
+    for (size_t i = 0; i < y2->n; i++)
+      ck_assert_msg (fabsf (y->data[i] - y2->data[i]) <= 1e-4f * (1 + fabsf (y2->data[i])),
+                     "linear of %d rows without gradients [%zu]: %g vs %g", R, i, y->data[i], y2->data[i]);
+    for (int r = 0; r < R; r++)
+      d.mask[r] = r % 5 ? 1.0f : 0.0f;
+    PsmTensor *h = psm_lstm_cell (gd, in (gd, &d, 0), in (gd, &d, 1), in (gd, &d, 2), in (gd, &d, 3), d.mask);
+    PsmTensor *h2 = psm_lstm_cell (gb, in (gb, &d, 0), in (gb, &d, 1), in (gb, &d, 2), in (gb, &d, 3), d.mask);
+    for (size_t i = 0; i < h2->n; i++)
+      ck_assert_msg (fabsf (h->data[i] - h2->data[i]) <= 1e-4f * (1 + fabsf (h2->data[i])),
+                     "lstm_cell of %d rows without gradients [%zu]: %g vs %g", R, i, h->data[i], h2->data[i]);
+    psm_graph_free (gd);
+    psm_graph_free (gb);
+    free_case (&d);
+  }
+
   int B = 3, H = 18;   /* 4H = 72 */
   Case l = { 0 };
   alloc_in (&l, 0, 2, B, 4 * H, 0, &rng, 1.0f);
@@ -796,6 +827,18 @@ check_packed_gemm (PsmRng *rng, int tb, int M, int K, int n)
                    "packed gemm tb=%d M=%d K=%d n=%d: row %d differs when computed alone", tb, M, K, n, i);
     g_free (alone);
   }
+  /* where two whole panels go through the wide kernel (AVX-512 builds),
+   * the first panel's columns are the bits the one-panel kernel gives */
+  if (n >= 2 * PSM_PACK_NR) {
+    float *bp1 = g_new (float, psm_packed_floats (K, PSM_PACK_NR)), *C1 = g_new (float, (size_t) M * PSM_PACK_NR);
+    psm_pack (K, PSM_PACK_NR, tb ? B + (size_t) c0 * ldb : B + c0, ldb, tb, bp1);
+    psm_packed_gemm (M, K, PSM_PACK_NR, A, lda, bp1, C1, PSM_PACK_NR);
+    for (int i = 0; i < M; i++)
+      ck_assert_msg (memcmp (C1 + (size_t) i * PSM_PACK_NR, C + (size_t) i * ldc, PSM_PACK_NR * sizeof (float)) == 0,
+                     "packed gemm tb=%d M=%d K=%d n=%d: row %d differs from the one-panel kernel's", tb, M, K, n, i);
+    g_free (bp1);
+    g_free (C1);
+  }
   g_free (A);
   g_free (B);
   g_free (C);
@@ -806,11 +849,11 @@ START_TEST (test_packed_gemm)
 {
   PsmRng rng;
   psm_rng_seed (&rng, 9);
-  int Ms[] = { 1, 7, 8, 9, 10, 13, 16, 64 }, Ks[] = { 1, 40 }, ns[] = { 5, 32, 70 };
+  int Ms[] = { 1, 2, 5, 6, 7, 8, 9, 10, 13, 16, 64 }, Ks[] = { 1, 40 }, ns[] = { 5, 32, 70, 130 };
   for (int tb = 0; tb < 2; tb++)
     for (int mi = 0; mi < (int) G_N_ELEMENTS (Ms); mi++)
       for (int ki = 0; ki < 2; ki++)
-        for (int ni = 0; ni < 3; ni++)
+        for (int ni = 0; ni < (int) G_N_ELEMENTS (ns); ni++)
           check_packed_gemm (&rng, tb, Ms[mi], Ks[ki], ns[ni]);
   /* 520 x 600: 1.26 MB packed at any vector width, a partial last panel */
   ck_assert (psm_packed_floats (520, 600) * sizeof (float) > PSM_PACK_PREFETCH_BYTES);

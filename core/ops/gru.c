@@ -229,7 +229,7 @@ psm_gru_cell (PsmGraph *g, PsmTensor *xp, PsmTensor *h, PsmTensor *w, PsmTensor 
   float *sv = psm_graph_alloc (g, (size_t) B * 4 * H * sizeof (float));
   /* a parameter's W packed once a graph (as psm_lstm_cell): the steps of a
    * sequence, or of a decoding, share it */
-  gboolean packed = PSM_PACK_FAST && B <= PSM_PACKED_MAX_ROWS && psm_graph_is_const (g, w->data);
+  gboolean packed = psm_packed_rows_ok (g, B) && psm_graph_is_const (g, w->data);
   gru_step_forward (B, H, xp->data, h->data, w->data, packed ? psm_graph_packed (g, w->data, H, 3 * H, FALSE) : NULL,
                     bh->data, mask, G, hc, out->data, sv);
   free (hc);

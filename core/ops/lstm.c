@@ -74,7 +74,7 @@ psm_lstm_cell (PsmGraph *g, PsmTensor *xp, PsmTensor *h, PsmTensor *c, PsmTensor
   if (xin != G)
     memcpy (G, xin, (size_t) R * 4 * H * sizeof (float));
   psm_pack_real_rows (mask, 0, B, 0, B, h->data, H, hc, &hin);
-  gboolean packed = PSM_PACK_FAST && B <= PSM_PACKED_MAX_ROWS && psm_graph_is_const (g, w->data);
+  gboolean packed = psm_packed_rows_ok (g, B) && psm_graph_is_const (g, w->data);
   if (packed && R)
     psm_gemm_packed (R, 4 * H, H, hin, H, psm_graph_packed (g, w->data, H, 4 * H, FALSE), NULL, TRUE, G, 4 * H);
   else if (R)

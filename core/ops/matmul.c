@@ -130,12 +130,13 @@ psm_gemm_packed (int M, int N, int K, const float *A, int lda, const float *wp, 
   }
 }
 
-/* Whether y = x W with this x and W takes the packed path: few rows, a
- * parameter as W, and a build with the packed kernel. */
+/* Whether y = x W with this x and W takes the packed path: few rows (or
+ * any number without gradients, psm_packed_rows_ok), a parameter as W, and
+ * a build with the packed kernel. */
 static gboolean
 use_packed (PsmGraph *g, int rows, const PsmTensor *w)
 {
-  return PSM_PACK_FAST && rows <= PSM_PACKED_MAX_ROWS && psm_graph_is_const (g, w->data);
+  return psm_packed_rows_ok (g, rows) && psm_graph_is_const (g, w->data);
 }
 
 /* The distinct ids of an embedding_linear node and the rows they had. */

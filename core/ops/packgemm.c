@@ -5,7 +5,8 @@
  * sequence into panels of PSM_PACK_NR columns (the panel's K rows
  * contiguous, the last panel zero-padded), and a register-blocked kernel
  * streams each panel against MR rows of A at a time (8 x 32 floats with
- * AVX-512, 6 x 16 with AVX, 6 x 8 otherwise), written with GCC vector
+ * AVX-512, 6 x 16 with AVX, 6 x 8 otherwise; with AVX-512, pairs of whole
+ * panels against 6 rows: kernel_rows_wide), written with GCC vector
  * extensions of the target's register width. Each element of C is one dot
  * product in k order, so the result does not depend on how the rows or
  * panels are shared out. Used by gru.c (psm_gru_packed); checked against
@@ -163,6 +164,108 @@ kernel_block (int r, int K, const float *const *ar, const int32_t *kidx, const f
   }
 }
 
+#if PSM_PACK_WIDE
+/* The wide kernel: mr (<= MRW) rows against two whole panels side by side
+ * (64 columns, four vectors a row). 6 x 4 accumulators, the four B vectors
+ * and a broadcast take 29 of AVX-512's 32 registers; against 8 x 2 it loads
+ * 10 values for 24 multiply-adds instead of 10 for 16. psm_gemm_packed on
+ * the 15k decoder's output layer (640 x 1,024 x 15,008, two threads, an
+ * Intel AVX-512 host): 348-369 GFLOP/s against 322-358 for OpenBLAS in the
+ * same runs, where the 8-row kernel had given 287-296 against 302-314
+ * (BENCHMARKS.md e). Each element of C is still one multiply-add chain in
+ * k order: the same bits as kernel_rows. pf: the next pair's first panel
+ * (its second follows it; a prefetch past the packing's end never
+ * faults), prefetched as in kernel_rows. */
+#define MRW 6
+/* c + x b as one multiply-add: GCC's own contraction of that expression
+ * left four register moves an iteration in this loop, the intrinsic none */
+#if defined (__AVX512F__) && !defined (PSM_FORCE_VL)
+#include <immintrin.h>
+#define WIDE_FMA(x, b, c) ((vf) _mm512_fmadd_ps (_mm512_set1_ps (x), (__m512) (b), (__m512) (c)))
+#else
+#define WIDE_FMA(x, b, c) ((c) + (x) * (b))
+#endif
+static inline __attribute__ ((always_inline)) void
+kernel_rows_wide (const int mr, int K, const float *const *ar, const float *B0, const float *B1, float *const *cr,
+                  const Store *st, const float *pf)
+{
+  vf c[MRW][4];
+  const float *a[MRW];
+#pragma GCC unroll 6
+  for (int i = 0; i < mr; i++) {
+    c[i][0] = c[i][1] = c[i][2] = c[i][3] = (vf) { 0 };
+    a[i] = ar[i];
+  }
+  /* two copies of the loop, with and without the prefetches: a test in it
+   * cost GCC four register moves an iteration */
+#define WIDE_LOOP(prefetch) \
+  for (int k = 0; k < K; k++) { \
+    const float *b0k = B0 + (size_t) k * PSM_PACK_NR, *b1k = B1 + (size_t) k * PSM_PACK_NR; \
+    vf b0 = *(const vf *) b0k, b1 = *(const vf *) (b0k + PSM_PACK_VL); \
+    vf b2 = *(const vf *) b1k, b3 = *(const vf *) (b1k + PSM_PACK_VL); \
+    if (prefetch) { \
+      __builtin_prefetch (pf + (size_t) k * PSM_PACK_NR, 0, 2); \
+      __builtin_prefetch (pf + (size_t) k * PSM_PACK_NR + 16, 0, 2); \
+      __builtin_prefetch (pf + (size_t) (K + k) * PSM_PACK_NR, 0, 2); \
+      __builtin_prefetch (pf + (size_t) (K + k) * PSM_PACK_NR + 16, 0, 2); \
+    } \
+    _Pragma ("GCC unroll 6") \
+    for (int i = 0; i < mr; i++) { \
+      float x = a[i][k]; \
+      c[i][0] = WIDE_FMA (x, b0, c[i][0]); \
+      c[i][1] = WIDE_FMA (x, b1, c[i][1]); \
+      c[i][2] = WIDE_FMA (x, b2, c[i][2]); \
+      c[i][3] = WIDE_FMA (x, b3, c[i][3]); \
+    } \
+  }
+  if (pf)
+    WIDE_LOOP (1)
+  else
+    WIDE_LOOP (0)
+#undef WIDE_LOOP
+#pragma GCC unroll 6
+  for (int i = 0; i < mr; i++)
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; v++) {
+      vf *d = (vf *) (cr[i] + v * PSM_PACK_VL);
+      if (st->acc)
+        *d += c[i][v];
+      else if (st->bias)
+        *d = c[i][v] + *(const vf *) (st->bias + v * PSM_PACK_VL);
+      else
+        *d = c[i][v];
+    }
+}
+
+/* the full block as a function of its own: inlined into the switch below,
+ * GCC's register allocation moved four accumulators an iteration */
+static __attribute__ ((noinline)) void
+kernel_wide6 (int K, const float *const *ar, const float *B0, const float *B1, float *const *cr, const Store *st,
+              const float *pf)
+{
+  kernel_rows_wide (MRW, K, ar, B0, B1, cr, st, pf);
+}
+
+static inline __attribute__ ((always_inline)) void
+kernel_block_wide (int r, int K, const float *const *ar, const float *B0, const float *B1, float *const *cr,
+                   const Store *st, const float *pf)
+{
+  switch (r) {
+#define BLOCK(rows) \
+  case rows: \
+    kernel_rows_wide (rows, K, ar, B0, B1, cr, st, pf); \
+    break;
+    BLOCK (1) BLOCK (2) BLOCK (3) BLOCK (4) BLOCK (5)
+#undef BLOCK
+  case MRW:
+    kernel_wide6 (K, ar, B0, B1, cr, st, pf);
+    break;
+  default:
+    g_assert_not_reached ();
+  }
+}
+#endif
+
 /* Rows in the next block of a product of M rows with i done: MR, but no
  * last block of fewer than 4 after one: its 2 mr chains of FMAs could not
  * cover the FMA latency, so e.g. 8 rows run as 4 + 4, not 6 + 2 (AVX2: 15 %
@@ -192,6 +295,26 @@ packed_gemm (int M, int K, int n, const float *A, int lda, const float *Bp, floa
   for (int p = 0; p < panels; p++) {
     const float *bp = Bp + (size_t) p * K * PSM_PACK_NR;
     float *cp = C + p * PSM_PACK_NR;
+#if PSM_PACK_WIDE
+    if (p + 1 < panels && (pad || (p + 2) * PSM_PACK_NR <= n) && M >= PSM_PACK_WIDE_ROWS) {   /* two whole panels */
+      st.nc = 2 * PSM_PACK_NR;
+      st.bias = bias ? bias + p * PSM_PACK_NR : NULL;
+      const float *next = pf && p + 2 < panels ? bp + (size_t) 2 * K * PSM_PACK_NR : NULL;
+      for (int i = 0; i < M;) {
+        int left = M - i, r = left <= MRW ? left : left - MRW < 3 ? (left + 1) / 2 : MRW;
+        const float *a[MRW];
+        float *c[MRW];
+        for (int j = 0; j < r; j++) {
+          a[j] = A + (size_t) (i + j) * lda;
+          c[j] = cp + (size_t) (i + j) * ldc;
+        }
+        kernel_block_wide (r, K, a, bp, bp + (size_t) K * PSM_PACK_NR, c, &st, i == 0 ? next : NULL);
+        i += r;
+      }
+      p++;
+      continue;
+    }
+#endif
     st.nc = pad ? PSM_PACK_NR : MIN (PSM_PACK_NR, n - p * PSM_PACK_NR);
     st.bias = bias ? bias + p * PSM_PACK_NR : NULL;
     for (int i = 0; i < M;) {
