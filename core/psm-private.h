@@ -392,15 +392,18 @@ psm_dotf (const float *a, const float *b, int n)
 #define PSM_PACK_FAST 0
 #endif
 /* The wide kernel (packgemm.c): with AVX-512 registers, 6 rows against two
- * panels at a time, for products of PSM_PACK_WIDE_ROWS rows or more; and
- * then also the decoding graphs' products of more than
- * PSM_PACKED_MAX_ROWS rows take the packed path (psm_packed_rows_ok). */
+ * panels at a time, for products of PSM_PACK_WIDE_ROWS rows or more (a
+ * thread's 16 rows of the LM's recurrence, against a 6.8 MB packing, ran
+ * 5-10 % slower on it than on the 8-row kernel, 60 rows 5-7 % faster:
+ * bench-packed 650 2600); and then also the decoding graphs' products of
+ * more than PSM_PACKED_MAX_ROWS rows take the packed path
+ * (psm_packed_rows_ok). */
 #if PSM_PACK_VL == 16 && PSM_PACK_FAST
 #define PSM_PACK_WIDE 1
 #else
 #define PSM_PACK_WIDE 0
 #endif
-#define PSM_PACK_WIDE_ROWS 2
+#define PSM_PACK_WIDE_ROWS 48
 /* Whether a product of that many rows against a constant W takes the
  * packed path: few rows in any graph; any number in a graph without
  * gradients (decoding, validation) where the wide kernel is built. */

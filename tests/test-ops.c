@@ -827,8 +827,9 @@ check_packed_gemm (PsmRng *rng, int tb, int M, int K, int n)
                    "packed gemm tb=%d M=%d K=%d n=%d: row %d differs when computed alone", tb, M, K, n, i);
     g_free (alone);
   }
-  /* where two whole panels go through the wide kernel (AVX-512 builds),
-   * the first panel's columns are the bits the one-panel kernel gives */
+  /* where two whole panels go through the wide kernel (AVX-512 builds,
+   * PSM_PACK_WIDE_ROWS rows or more), the first panel's columns are the
+   * bits the one-panel kernel gives */
   if (n >= 2 * PSM_PACK_NR) {
     float *bp1 = g_new (float, psm_packed_floats (K, PSM_PACK_NR)), *C1 = g_new (float, (size_t) M * PSM_PACK_NR);
     psm_pack (K, PSM_PACK_NR, tb ? B + (size_t) c0 * ldb : B + c0, ldb, tb, bp1);
@@ -849,7 +850,7 @@ START_TEST (test_packed_gemm)
 {
   PsmRng rng;
   psm_rng_seed (&rng, 9);
-  int Ms[] = { 1, 2, 5, 6, 7, 8, 9, 10, 13, 16, 64 }, Ks[] = { 1, 40 }, ns[] = { 5, 32, 70, 130 };
+  int Ms[] = { 1, 7, 8, 9, 10, 13, 16, 50, 53, 64 }, Ks[] = { 1, 40 }, ns[] = { 5, 32, 70, 130 };
   for (int tb = 0; tb < 2; tb++)
     for (int mi = 0; mi < (int) G_N_ELEMENTS (Ms); mi++)
       for (int ki = 0; ki < 2; ki++)
