@@ -66,6 +66,19 @@ typedef struct {
   gboolean acc;
 } Store;
 
+/* c + x b. With AVX-512 registers, one multiply-add written as the
+ * intrinsic in both kernels: GCC's own contraction of the expression left
+ * four register moves an iteration in the wide kernel, and it contracts
+ * only when optimising (-O2), so at -O1 the two kernels rounded
+ * differently (an AddressSanitizer build at -O1 -march=native found it).
+ * Elsewhere the expression, the same in both. */
+#if defined (__AVX512F__) && !defined (PSM_FORCE_VL) && PSM_PACK_VL == 16
+#include <immintrin.h>
+#define PACK_FMA(x, b, c) ((vf) _mm512_fmadd_ps (_mm512_set1_ps (x), (__m512) (b), (__m512) (c)))
+#else
+#define PACK_FMA(x, b, c) ((c) + (x) * (b))
+#endif
+
 /* mr (<= MR) rows of A against one panel (two vectors wide; with half,
  * its first vector only, for st->nc <= PSM_PACK_VL); stores mr x st->nc
  * of C. Row i of A is ar[i] (its K floats in k order) and of
@@ -100,9 +113,9 @@ kernel_rows (const int mr, const gboolean half, int K, const float *const *ar, c
 #pragma GCC unroll 8
     for (int i = 0; i < mr; i++) {
       float x = a[i][k];
-      c0[i] += x * b0;
+      c0[i] = PACK_FMA (x, b0, c0[i]);
       if (!half)
-        c1[i] += x * b1;
+        c1[i] = PACK_FMA (x, b1, c1[i]);
     }
   }
   if (st->nc == PSM_PACK_NR && !half) {
@@ -177,14 +190,6 @@ kernel_block (int r, int K, const float *const *ar, const int32_t *kidx, const f
  * (its second follows it; a prefetch past the packing's end never
  * faults), prefetched as in kernel_rows. */
 #define MRW 6
-/* c + x b as one multiply-add: GCC's own contraction of that expression
- * left four register moves an iteration in this loop, the intrinsic none */
-#if defined (__AVX512F__) && !defined (PSM_FORCE_VL)
-#include <immintrin.h>
-#define WIDE_FMA(x, b, c) ((vf) _mm512_fmadd_ps (_mm512_set1_ps (x), (__m512) (b), (__m512) (c)))
-#else
-#define WIDE_FMA(x, b, c) ((c) + (x) * (b))
-#endif
 static inline __attribute__ ((always_inline)) void
 kernel_rows_wide (const int mr, int K, const float *const *ar, const float *B0, const float *B1, float *const *cr,
                   const Store *st, const float *pf)
@@ -212,10 +217,10 @@ kernel_rows_wide (const int mr, int K, const float *const *ar, const float *B0, 
     _Pragma ("GCC unroll 6") \
     for (int i = 0; i < mr; i++) { \
       float x = a[i][k]; \
-      c[i][0] = WIDE_FMA (x, b0, c[i][0]); \
-      c[i][1] = WIDE_FMA (x, b1, c[i][1]); \
-      c[i][2] = WIDE_FMA (x, b2, c[i][2]); \
-      c[i][3] = WIDE_FMA (x, b3, c[i][3]); \
+      c[i][0] = PACK_FMA (x, b0, c[i][0]); \
+      c[i][1] = PACK_FMA (x, b1, c[i][1]); \
+      c[i][2] = PACK_FMA (x, b2, c[i][2]); \
+      c[i][3] = PACK_FMA (x, b3, c[i][3]); \
     } \
   }
   if (pf)
