@@ -181,11 +181,12 @@ kernel_block (int r, int K, const float *const *ar, const int32_t *kidx, const f
 /* The wide kernel: mr (<= MRW) rows against two whole panels side by side
  * (64 columns, four vectors a row). 6 x 4 accumulators, the four B vectors
  * and a broadcast take 29 of AVX-512's 32 registers; against 8 x 2 it loads
- * 10 values for 24 multiply-adds instead of 10 for 16. psm_gemm_packed on
- * the 15k decoder's output layer (640 x 1,024 x 15,008, two threads, an
- * Intel AVX-512 host): 348-369 GFLOP/s against 322-358 for OpenBLAS in the
- * same runs, where the 8-row kernel had given 287-296 against 302-314
- * (BENCHMARKS.md e). Each element of C is still one multiply-add chain in
+ * 10 values for 24 multiply-adds instead of 10 for 16. psm_gemm_packed
+ * against psm_linear's BLAS path, 640 rows on two threads of an Intel
+ * AVX-512 host (bench-packed K N 1 640, BENCHMARKS.md e): 0.99-1.05 times
+ * on the 15k decoder's output layer (K 1,024, N 15,000), where the 8-row
+ * kernel had been 5-10 % behind OpenBLAS, and 1.07-1.17 times on the
+ * decoder steps' 512 x 2,048 and 1,024 x 512. Each element of C is still one multiply-add chain in
  * k order: the same bits as kernel_rows. pf: the next pair's first panel
  * (its second follows it; a prefetch past the packing's end never
  * faults), prefetched as in kernel_rows. */
