@@ -43,15 +43,14 @@ bf16_bits (float f)
 {
   uint32_t u;
   memcpy (&u, &f, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u)
-    return (uint16_t) ((u >> 16) | 0x40);   /* NaN stays a (quiet) NaN */
-  u += 0x7fffu + ((u >> 16) & 1);            /* to nearest, ties to even */
-  return (uint16_t) (u >> 16);
+  /* NaN stays a (quiet) NaN; else to nearest, ties to even. Branch-free,
+   * so that a loop over it is vectorised (bf16_rows). */
+  uint32_t r = (u + 0x7fffu + ((u >> 16) & 1)) >> 16, q = (u >> 16) | 0x40;
+  return (uint16_t) ((u & 0x7fffffffu) > 0x7f800000u ? q : r);
 }
 
-/* x's rows rounded to bfloat16 into a [Mp, Kp] (zero-padded): the same
- * bits as bf16_bits, branch-free so that the loop is vectorised, the rows
- * over the threads when there are many. */
+/* x's rows rounded to bfloat16 into a [Mp, Kp] (zero-padded), in vectors,
+ * the rows over the threads when there are many. */
 static void
 bf16_rows (int M, int K, const float *A, int lda, uint16_t *a, int Kp, int Mp)
 {
@@ -62,12 +61,10 @@ bf16_rows (int M, int K, const float *A, int lda, uint16_t *a, int Kp, int Mp)
       memset (o, 0, (size_t) Kp * sizeof (uint16_t));
       continue;
     }
-    const uint32_t *u = (const uint32_t *) (A + (size_t) i * lda);
+    const float *x = A + (size_t) i * lda;
 #pragma omp simd
-    for (int k = 0; k < K; k++) {
-      uint32_t x = u[k], r = (x + 0x7fffu + ((x >> 16) & 1)) >> 16, q = (x >> 16) | 0x40;
-      o[k] = (uint16_t) ((x & 0x7fffffffu) > 0x7f800000u ? q : r);
-    }
+    for (int k = 0; k < K; k++)
+      o[k] = bf16_bits (x[k]);
     for (int k = K; k < Kp; k++)
       o[k] = 0;
   }
