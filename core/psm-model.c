@@ -1140,7 +1140,11 @@ decode_batch (PsmModel *m, const PsmBatch *b, Dec *d, PsmHyp *hyps, GError **err
   PsmGraph *g = m->g;
   int K = m->beam.beam, B = b->B;
   gint64 t0 = g_get_monotonic_time ();
+  /* decode.precision covers the encoder too (its graph is the test loss's
+   * otherwise, which stays single precision) */
+  psm_graph_set_bf16 (g, psm_graph_bf16 (m->gs));
   encode (m, g, b, &d->enc);
+  psm_graph_set_bf16 (g, FALSE);
   d->m = m;
   d->orig = b;
   d->K = K;

@@ -226,14 +226,16 @@ const void *psm_graph_packed_bf16 (PsmGraph *g, const float *w, int K, int n);
  * the AMX tiles are there and granted (not with PSM_NO_AMX=1); the bytes
  * of W (K x n) packed by psm_bf16_pack (AMX tile pairs, or else psm's
  * single-precision panels of the rounded W); and C[M, N] = bf16 (A) W + bias
- * (bias NULL: none) on that packing, summed in single precision. */
+ * (bias NULL: none), or C += bf16 (A) W with acc (no bias then), on that
+ * packing, summed in single precision. Inside a parallel region it runs on
+ * the calling thread alone (a recurrence's rows apart over the threads). */
 float psm_bf16_round (float x);
 gboolean psm_amx_usable (void);
 extern gboolean psm_bf16_amx;   /* unset: AMX not used (tests run both paths; set it before packing) */
 size_t psm_bf16_packed_bytes (int K, int n);
 void psm_bf16_pack (int K, int n, const float *w, void *out);
-void psm_gemm_bf16 (int M, int N, int K, const float *A, int lda, const void *wp, const float *bias, float *C,
-                    int ldc);
+void psm_gemm_bf16 (int M, int N, int K, const float *A, int lda, const void *wp, const float *bias, gboolean acc,
+                    float *C, int ldc);
 void psm_graph_stale_packed (PsmGraph *g);
 void psm_graph_clear_packed (PsmGraph *g);
 /* C[M, N] = A[M, K] op(W) + bias (bias NULL: none), or C += A op(W) with

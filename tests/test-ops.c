@@ -873,7 +873,7 @@ END_TEST
  * through psm_linear: a graph set to bf16 without gradients takes it, the
  * same graph with gradients and one not set keep single precision. */
 static void
-check_gemm_bf16 (PsmRng *rng, int M, int K, int N, gboolean bias)
+check_gemm_bf16 (PsmRng *rng, int M, int K, int N, gboolean bias, gboolean acc)
 {
   float *A = g_new (float, (size_t) M * (K + 3)), *W = g_new (float, (size_t) K * N), *b = g_new (float, N);
   float *C = g_new (float, (size_t) M * (N + 5));
@@ -884,10 +884,10 @@ check_gemm_bf16 (PsmRng *rng, int M, int K, int N, gboolean bias)
     C[i] = 7.0f;
   void *wp = psm_xaligned (psm_bf16_packed_bytes (K, N), "test");
   psm_bf16_pack (K, N, W, wp);
-  psm_gemm_bf16 (M, N, K, A, K + 3, wp, bias ? b : NULL, C, N + 5);
+  psm_gemm_bf16 (M, N, K, A, K + 3, wp, bias ? b : NULL, acc, C, N + 5);
   for (int i = 0; i < M; i++) {
     for (int j = 0; j < N; j++) {
-      double s = bias ? b[j] : 0.0, mag = fabs (s);
+      double s = (bias ? b[j] : 0.0) + (acc ? 7.0 : 0.0), mag = fabs (s);
       for (int k = 0; k < K; k++) {
         double p = (double) psm_bf16_round (A[(size_t) i * (K + 3) + k]) * psm_bf16_round (W[(size_t) k * N + j]);
         s += p;
@@ -928,7 +928,7 @@ START_TEST (test_gemm_bf16)
     for (int mi = 0; mi < (int) G_N_ELEMENTS (Ms); mi++)
       for (int ki = 0; ki < (int) G_N_ELEMENTS (Ks); ki++)
         for (int ni = 0; ni < (int) G_N_ELEMENTS (Ns); ni++)
-          check_gemm_bf16 (&rng, Ms[mi], Ks[ki], Ns[ni], (mi + ni) % 2);
+          check_gemm_bf16 (&rng, Ms[mi], Ks[ki], Ns[ni], (mi + ni) % 2, (mi + ni) % 2 == 0 && (mi + ki) % 2);
   }
   psm_bf16_amx = TRUE;
 
@@ -969,6 +969,126 @@ START_TEST (test_gemm_bf16)
   g_free (w);
   g_free (b);
   g_free (gx);
+}
+END_TEST
+
+/* decode.precision bf16 in the recurrences: the LSTM and GRU cells' h W
+ * on a bfloat16 graph against the single-precision cell on h and W rounded
+ * beforehand (the same products, summed in another order), with and
+ * without a mask; the whole-sequence ops against those cells step by step
+ * (h rounded again at every step either way); and not the single-precision
+ * result, so that the bf16 path did run. With AMX and, where the CPU has
+ * it, again on the packed kernel (psm_bf16_amx unset). */
+static float *
+rec_bf16_round (const float *x, size_t n)
+{
+  float *r = g_new (float, n);
+  for (size_t i = 0; i < n; i++)
+    r[i] = psm_bf16_round (x[i]);
+  return r;
+}
+
+static PsmTensor *
+rec_wrap (PsmGraph *g, float *x, int d0, int d1, int d2)
+{
+  int sh[3] = { d0, d1, d2 };
+  return psm_tensor_wrap (g, x, NULL, d2 ? 3 : 2, sh);
+}
+
+static void
+check_rec_bf16 (gboolean gru, gboolean masked)
+{
+  enum { T = 4, B = 70, H = 24 };
+  int G = gru ? 3 : 4;
+  PsmRng rng;
+  psm_rng_seed (&rng, gru * 2 + masked + 61);
+  float *xp = g_new (float, (size_t) T * B * G * H), *h = g_new (float, B * H), *c = g_new (float, B * H);
+  float *w = g_new (float, (size_t) H * G * H), *bh = g_new (float, G * H), *mask = g_new (float, T * B);
+  psm_test_fill (xp, (size_t) T * B * G * H, 1.0f, &rng);
+  psm_test_fill (h, B * H, 1.0f, &rng);
+  psm_test_fill (c, B * H, 1.0f, &rng);
+  psm_test_fill (w, (size_t) H * G * H, 0.5f, &rng);
+  psm_test_fill (bh, G * H, 0.5f, &rng);
+  for (int i = 0; i < T * B; i++)
+    mask[i] = masked && (i * 7) % 5 == 0 ? 0.0f : 1.0f;
+  const float *m0 = masked ? mask : NULL;
+  float *hr = rec_bf16_round (h, B * H), *wr = rec_bf16_round (w, (size_t) H * G * H);
+  /* one cell: bf16, then single precision on rounded and unrounded h, W */
+  float *out[3];
+  size_t n1 = (size_t) (gru ? 1 : 2) * B * H;
+  for (int v = 0; v < 3; v++) {
+    PsmGraph *g = psm_graph_new ();
+    psm_graph_set_grad (g, FALSE);
+    psm_graph_set_bf16 (g, v == 0);
+    /* the GRU reads h outside the product too (h' = (1 - z) n + z h): h
+     * already in bfloat16 there, W rounded by the graph */
+    float *hv = v == 1 || gru ? hr : h, *wv = v == 1 ? wr : w;
+    psm_graph_const_range (g, wv, (size_t) H * G * H);
+    PsmTensor *x0 = rec_wrap (g, xp, B, G * H, 0);
+    PsmTensor *y = gru ? psm_gru_cell (g, x0, rec_wrap (g, hv, B, H, 0), rec_wrap (g, wv, H, G * H, 0),
+                                       rec_wrap (g, bh, G * H, 1, 0), m0)
+                       : psm_lstm_cell (g, x0, rec_wrap (g, hv, B, H, 0), rec_wrap (g, c, B, H, 0),
+                                        rec_wrap (g, wv, H, G * H, 0), m0);
+    out[v] = g_memdup2 (y->data, n1 * sizeof (float));
+    psm_graph_free (g);
+  }
+  double maxd = 0;
+  for (size_t i = 0; i < n1; i++) {
+    if (masked && mask[i / H % B] == 0.0f) {   /* the state carried as it was */
+      ck_assert (out[0][i] == out[2][i]);
+      continue;
+    }
+    ck_assert_msg (fabsf (out[0][i] - out[1][i]) <= 2e-6f, "%s cell bf16 (mask %d, amx %d) [%zu] = %g, want %g",
+                   gru ? "GRU" : "LSTM", masked, psm_bf16_amx, i, out[0][i], out[1][i]);
+    maxd = MAX (maxd, fabsf (out[0][i] - out[2][i]));
+  }
+  ck_assert_msg (maxd > 1e-4, "%s cell: the bf16 graph gave the single-precision result", gru ? "GRU" : "LSTM");
+  /* the sequence against the cell step by step, both on bf16 graphs */
+  PsmGraph *g = psm_graph_new ();
+  psm_graph_set_grad (g, FALSE);
+  psm_graph_set_bf16 (g, TRUE);
+  psm_graph_const_range (g, w, (size_t) H * G * H);
+  PsmTensor *wt = rec_wrap (g, w, H, G * H, 0), *bt = rec_wrap (g, bh, G * H, 1, 0);
+  PsmTensor *xs = rec_wrap (g, xp, T, B, G * H), *h0 = rec_wrap (g, h, B, H, 0), *c0 = rec_wrap (g, c, B, H, 0);
+  PsmTensor *seq = gru ? psm_gru_seq (g, xs, h0, wt, bt, m0) : psm_lstm_seq (g, xs, h0, c0, wt, m0, FALSE);
+  PsmTensor *hs = h0, *cs = c0;
+  for (int t = 0; t < T; t++) {
+    PsmTensor *xt = psm_tensor_step (g, xs, t);
+    const float *mt = masked ? mask + (size_t) t * B : NULL;
+    if (gru)
+      hs = psm_gru_cell (g, xt, hs, wt, bt, mt);
+    else {
+      PsmTensor *hc = psm_lstm_cell (g, xt, hs, cs, wt, mt);
+      hs = psm_tensor_step (g, hc, 0);
+      cs = psm_tensor_step (g, hc, 1);
+    }
+    for (int i = 0; i < B * H; i++)
+      ck_assert_msg (fabsf (seq->data[(size_t) t * B * H + i] - hs->data[i]) <= 1e-5f,
+                     "%s sequence bf16 (mask %d, amx %d): step %d [%d] = %g, cell %g", gru ? "GRU" : "LSTM", masked,
+                     psm_bf16_amx, t, i, seq->data[(size_t) t * B * H + i], hs->data[i]);
+  }
+  psm_graph_free (g);
+  for (int v = 0; v < 3; v++)
+    g_free (out[v]);
+  g_free (hr);
+  g_free (wr);
+  g_free (xp);
+  g_free (h);
+  g_free (c);
+  g_free (w);
+  g_free (bh);
+  g_free (mask);
+}
+
+START_TEST (test_recurrence_bf16)
+{
+  gboolean amx = psm_amx_usable ();
+  for (int path = 0; path < 1 + amx; path++) {
+    psm_bf16_amx = path == 0;
+    for (int k = 0; k < 4; k++)
+      check_rec_bf16 (k / 2, k % 2);
+  }
+  psm_bf16_amx = TRUE;
 }
 END_TEST
 
@@ -2361,6 +2481,7 @@ main (int argc, char **argv)
   tcase_add_test (tc, test_gru_seq_paths);
   tcase_add_test (tc, test_packed_gemm);
   tcase_add_test (tc, test_gemm_bf16);
+  tcase_add_test (tc, test_recurrence_bf16);
   tcase_add_test (tc, test_packed_gemm_store);
   tcase_add_test (tc, test_gemm_thread_limit);
   tcase_add_test (tc, test_colsum);

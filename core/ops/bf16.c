@@ -158,7 +158,8 @@ typedef struct {
 } __attribute__ ((packed)) TileCfg;
 
 __attribute__ ((target ("amx-tile,amx-bf16"))) static void
-amx_gemm (int M, int N, int K, const float *A, int lda, const uint16_t *wp, const float *bias, float *C, int ldc)
+amx_gemm (int M, int N, int K, const float *A, int lda, const uint16_t *wp, const float *bias, gboolean acc, float *C,
+          int ldc)
 {
   int Kb = (K + TK - 1) / TK, Kp = Kb * TK, Mp = (M + 15) / 16 * 16, panels = (N + PN - 1) / PN;
   uint16_t *a = psm_xaligned ((size_t) Mp * Kp * sizeof (uint16_t), "bf16 rows");
@@ -207,8 +208,12 @@ amx_gemm (int M, int N, int K, const float *A, int lda, const uint16_t *wp, cons
         for (int i = mb; i < MIN (M, mb + 32); i++) {
           const float *s = cs + (size_t) (i - mb) * PN;
           float *d = C + (size_t) i * ldc + c0;
-          for (int j = 0; j < nc; j++)
-            d[j] = bias ? s[j] + bias[c0 + j] : s[j];
+          if (acc)
+            for (int j = 0; j < nc; j++)
+              d[j] += s[j];
+          else
+            for (int j = 0; j < nc; j++)
+              d[j] = bias ? s[j] + bias[c0 + j] : s[j];
         }
       }
     }
@@ -219,13 +224,15 @@ amx_gemm (int M, int N, int K, const float *A, int lda, const uint16_t *wp, cons
 #endif
 
 void
-psm_gemm_bf16 (int M, int N, int K, const float *A, int lda, const void *wp, const float *bias, float *C, int ldc)
+psm_gemm_bf16 (int M, int N, int K, const float *A, int lda, const void *wp, const float *bias, gboolean acc, float *C,
+               int ldc)
 {
+  g_return_if_fail (!bias || !acc);   /* as psm_gemm_packed: one or the other */
   if (M <= 0 || N <= 0)
     return;
 #ifdef PSM_AMX_CODE
   if (psm_amx_usable ()) {
-    amx_gemm (M, N, K, A, lda, wp, bias, C, ldc);
+    amx_gemm (M, N, K, A, lda, wp, bias, acc, C, ldc);
     return;
   }
 #endif
@@ -233,6 +240,6 @@ psm_gemm_bf16 (int M, int N, int K, const float *A, int lda, const void *wp, con
   for (int i = 0; i < M; i++)
     for (int k = 0; k < K; k++)
       ar[(size_t) i * K + k] = psm_bf16_round (A[(size_t) i * lda + k]);
-  psm_gemm_packed (M, N, K, ar, K, wp, bias, FALSE, C, ldc);
+  psm_gemm_packed (M, N, K, ar, K, wp, bias, acc, C, ldc);
   free (ar);
 }

@@ -93,12 +93,14 @@ gru_row_backward (int H, gboolean masked, const float *d, const float *hp, const
  * saved gates. G: scratch [B, 3H]; hc: scratch [B, H] when there is a
  * mask. */
 static void
-gru_step_forward (int B, int H, const float *xp, const float *h, const float *w, const float *wp,
+gru_step_forward (int B, int H, const float *xp, const float *h, const float *w, const float *wp, const void *wb,
                   const float *bh, const float *mask, float *G, float *hc, float *hout, float *sv)
 {
   const float *hin;
   int R = psm_pack_real_rows (mask, 0, B, 0, B, h, H, hc, &hin);   /* G's row r: the r-th real row */
-  if (R && wp)
+  if (R && wb)   /* decode.precision bf16 */
+    psm_gemm_bf16 (R, 3 * H, H, hin, H, wb, NULL, FALSE, G, 3 * H);
+  else if (R && wp)
     psm_gemm_packed (R, 3 * H, H, hin, H, wp, NULL, FALSE, G, 3 * H);
   else if (R)
     psm_gemm (FALSE, FALSE, R, 3 * H, H, 1.0f, hin, H, w, 3 * H, 0.0f, G, 3 * H);
@@ -159,14 +161,16 @@ typedef struct {
  * holds every step [T, B, 4H]; otherwise one row [4H]. */
 static void
 gru_seq_forward_rows (int T, int B, int H, int b0, int b1, gboolean rev, const float *xp, int ldx, const float *h0,
-                      const float *w, const float *wp, const float *bh, const float *mask, float *out, float *sv,
-                      gboolean keep, float *G, int ldg, float *hc)
+                      const float *w, const float *wp, const void *wb, const float *bh, const float *mask, float *out,
+                      float *sv, gboolean keep, float *G, int ldg, float *hc)
 {
   for (int k = 0; k < T && b1 > b0; k++) {
     int t = rev ? T - 1 - k : k, tp = rev ? t + 1 : t - 1;
     const float *hp = k ? out + (size_t) tp * B * H : h0, *hin;
     int n = psm_pack_real_rows (mask, t, B, b0, b1, hp, H, hc, &hin);   /* G's row r: the r-th real row */
-    if (n && wp)
+    if (n && wb)   /* decode.precision bf16: this thread's rows alone */
+      psm_gemm_bf16 (n, 3 * H, H, hin, H, wb, NULL, FALSE, G, ldg);
+    else if (n && wp)
       psm_packed_gemm (n, H, 3 * H, hin, H, wp, G, ldg);
     else if (n)
       psm_gemm (FALSE, FALSE, n, 3 * H, H, 1.0f, hin, H, w, 3 * H, 0.0f, G, ldg);
@@ -230,8 +234,11 @@ psm_gru_cell (PsmGraph *g, PsmTensor *xp, PsmTensor *h, PsmTensor *w, PsmTensor 
   /* a parameter's W packed once a graph (as psm_lstm_cell): the steps of a
    * sequence, or of a decoding, share it */
   gboolean packed = psm_packed_rows_ok (g, B) && psm_graph_is_const (g, w->data);
-  gru_step_forward (B, H, xp->data, h->data, w->data, packed ? psm_graph_packed (g, w->data, H, 3 * H, FALSE) : NULL,
-                    bh->data, mask, G, hc, out->data, sv);
+  const void *wb = psm_graph_bf16 (g) && !out->grad && psm_graph_is_const (g, w->data)
+                   ? psm_graph_packed_bf16 (g, w->data, H, 3 * H) : NULL;
+  gru_step_forward (B, H, xp->data, h->data, w->data,
+                    packed && !wb ? psm_graph_packed (g, w->data, H, 3 * H, FALSE) : NULL, wb, bh->data, mask, G, hc,
+                    out->data, sv);
   free (hc);
   free (G);
   PsmNode *n = psm_graph_record (g, PSM_OP_GRU_CELL, out, 4, in);
@@ -282,8 +289,10 @@ psm_gru_seq_cols (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTensor
   if (psm_gru_packed) {
     int ldg = psm_pack_panels (3 * H) * PSM_PACK_NR;
     /* a parameter's packed copy is the graph's (as psm_lstm_seq's) */
-    const float *wc = psm_graph_packed_param (g, w, H, 3 * H, FALSE);
-    float *own = wc ? NULL : psm_xaligned (psm_packed_floats (H, 3 * H) * sizeof (float), "packed GRU weights");
+    const void *wb = !keep && psm_graph_bf16 (g) && psm_graph_is_const (g, w->data)
+                     ? psm_graph_packed_bf16 (g, w->data, H, 3 * H) : NULL;   /* decode.precision bf16 */
+    const float *wc = wb ? NULL : psm_graph_packed_param (g, w, H, 3 * H, FALSE);
+    float *own = wc || wb ? NULL : psm_xaligned (psm_packed_floats (H, 3 * H) * sizeof (float), "packed GRU weights");
     const float *wp = wc ? wc : own;
 #pragma omp parallel num_threads (psm_pack_threads (B))
     {
@@ -294,7 +303,7 @@ psm_gru_seq_cols (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTensor
       float *row_sv = keep ? NULL : psm_xmalloc (4 * H * sizeof (float), "GRU scratch");
       if (own)
         psm_pack_shared (H, 3 * H, w->data, 3 * H, FALSE, own);
-      gru_seq_forward_rows (T, B, H, b0, b1, reverse, x, ldx, h0->data, w->data, wp, bh->data, mask, out->data,
+      gru_seq_forward_rows (T, B, H, b0, b1, reverse, x, ldx, h0->data, w->data, wp, wb, bh->data, mask, out->data,
                             keep ? sv : row_sv, keep, G, ldg, hc);
       free (row_sv);
       free (hc);
@@ -305,7 +314,7 @@ psm_gru_seq_cols (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTensor
     float *G = psm_xmalloc ((size_t) B * 3 * H * sizeof (float), "GRU scratch");
     float *hc = mask ? psm_xmalloc ((size_t) B * H * sizeof (float), "GRU scratch") : NULL;
     float *row_sv = keep ? NULL : psm_xmalloc (4 * H * sizeof (float), "GRU scratch");
-    gru_seq_forward_rows (T, B, H, 0, B, reverse, x, ldx, h0->data, w->data, NULL, bh->data, mask, out->data,
+    gru_seq_forward_rows (T, B, H, 0, B, reverse, x, ldx, h0->data, w->data, NULL, NULL, bh->data, mask, out->data,
                           keep ? sv : row_sv, keep, G, 3 * H, hc);
     free (row_sv);
     free (hc);

@@ -64,19 +64,30 @@ psm_lstm_cell (PsmGraph *g, PsmTensor *xp, PsmTensor *h, PsmTensor *c, PsmTensor
   PsmTensor *in[4] = { xp, h, c, w };
   int shape[3] = { 2, B, H };
   PsmTensor *out = psm_op_out (g, 3, shape, 4, in);
-  float *G = psm_xmalloc ((size_t) MAX (B, 1) * 4 * H * sizeof (float), "LSTM scratch");
-  float *hc = mask ? psm_xmalloc ((size_t) B * H * sizeof (float), "LSTM scratch") : NULL;
   /* the gates and tanh c' for the backward; without one (decoding) none */
   float *sv = out->grad ? psm_graph_alloc (g, (size_t) B * 5 * H * sizeof (float)) : NULL;
+  /* decode.precision bf16: h W on bfloat16 operands */
+  gboolean bf = psm_graph_bf16 (g) && !out->grad && psm_graph_is_const (g, w->data);
+  gboolean packed = psm_packed_rows_ok (g, B) && psm_graph_is_const (g, w->data);
+  /* without a backward or a mask (decoding), on the kernels whose dot
+   * product is complete before C is added to it: G = h W, xp added row by
+   * row below (the same sum xp + h W, without copying xp to G first; not
+   * on BLAS, whose blocks over k each add to C), and G from the graph's
+   * arena (a fresh 5 MB a step had been page faults) */
+  gboolean fold = !sv && !mask && (bf || packed);
+  float *G = fold ? psm_graph_alloc (g, (size_t) MAX (B, 1) * 4 * H * sizeof (float))
+                  : psm_xmalloc ((size_t) MAX (B, 1) * 4 * H * sizeof (float), "LSTM scratch");
+  float *hc = mask ? psm_xmalloc ((size_t) B * H * sizeof (float), "LSTM scratch") : NULL;
   /* G's row r: the r-th real row (mask NULL: all), xp + h W */
   const float *xin, *hin;
   int R = psm_pack_real_rows (mask, 0, B, 0, B, xp->data, 4 * H, G, &xin);
-  if (xin != G)
+  if (xin != G && !fold)
     memcpy (G, xin, (size_t) R * 4 * H * sizeof (float));
   psm_pack_real_rows (mask, 0, B, 0, B, h->data, H, hc, &hin);
-  gboolean packed = psm_packed_rows_ok (g, B) && psm_graph_is_const (g, w->data);
-  if (packed && R)
-    psm_gemm_packed (R, 4 * H, H, hin, H, psm_graph_packed (g, w->data, H, 4 * H, FALSE), NULL, TRUE, G, 4 * H);
+  if (R && bf)
+    psm_gemm_bf16 (R, 4 * H, H, hin, H, psm_graph_packed_bf16 (g, w->data, H, 4 * H), NULL, !fold, G, 4 * H);
+  else if (packed && R)
+    psm_gemm_packed (R, 4 * H, H, hin, H, psm_graph_packed (g, w->data, H, 4 * H, FALSE), NULL, !fold, G, 4 * H);
   else if (R)
     psm_gemm (FALSE, FALSE, R, 4 * H, H, 1.0f, hin, H, w->data, 4 * H, 1.0f, G, 4 * H);
   free (hc);
@@ -95,14 +106,21 @@ psm_lstm_cell (PsmGraph *g, PsmTensor *xp, PsmTensor *h, PsmTensor *c, PsmTensor
       memcpy (co + (size_t) b * H, cp, H * sizeof (float));
       continue;
     }
-    const float *gr = G + (size_t) (mask ? grow[b] : b) * 4 * H;
+    float *gr = G + (size_t) (mask ? grow[b] : b) * 4 * H;
+    if (fold) {
+      const float *x = xp->data + (size_t) b * 4 * H;
+#pragma omp simd
+      for (int j = 0; j < 4 * H; j++)
+        gr[j] += x[j];
+    }
     if (sv)
       lstm_row_forward (H, gr, cp, sv + (size_t) b * 5 * H, ho + (size_t) b * H, co + (size_t) b * H);
     else
       lstm_row_forward_nosave (H, gr, cp, ho + (size_t) b * H, co + (size_t) b * H);
   }
   free (grow);
-  free (G);
+  if (!fold)
+    free (G);
   PsmNode *n = psm_graph_record (g, PSM_OP_LSTM_CELL, out, 4, in);
   if (n) {
     n->saved = sv;
@@ -180,8 +198,8 @@ typedef struct {
  * no gate is kept (sv NULL). */
 static void
 lstm_seq_forward_rows (int T, int B, int H, int b0, int b1, gboolean rev, const float *xp, const float *h0,
-                       const float *c0, const float *w, const float *wp, const float *mask, float *hs, float *cs,
-                       float *sv, float *G, int ldg, float *hc, gboolean keep, int ldx, const float *zh,
+                       const float *c0, const float *w, const float *wp, const void *wb, const float *mask, float *hs,
+                       float *cs, float *sv, float *G, int ldg, float *hc, gboolean keep, int ldx, const float *zh,
                        const float *zc)
 {
   for (int k = 0; k < T && b1 > b0; k++) {
@@ -189,7 +207,9 @@ lstm_seq_forward_rows (int T, int B, int H, int b0, int b1, gboolean rev, const 
     int ct = keep ? t : k & 1, ctp = keep ? tp : (k - 1) & 1;   /* cs slot of this and the previous step */
     const float *hp = k ? hs + (size_t) tp * B * H : h0, *cp = k ? cs + (size_t) ctp * B * H : c0, *hin;
     int n = psm_pack_real_rows (mask, t, B, b0, b1, hp, H, hc, &hin);   /* G's row r: the r-th real row */
-    if (n && wp)
+    if (n && wb)   /* this thread's rows alone */
+      psm_gemm_bf16 (n, 4 * H, H, hin, H, wb, NULL, FALSE, G, ldg);
+    else if (n && wp)
       psm_packed_gemm (n, H, 4 * H, hin, H, wp, G, ldg);
     else if (n)
       psm_gemm (FALSE, FALSE, n, 4 * H, H, 1.0f, hin, H, w, 4 * H, 0.0f, G, ldg);
@@ -335,8 +355,11 @@ psm_lstm_seq_zoneout (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTe
   if (PSM_PACK_FAST) {
     /* a parameter's packed copy is the graph's (kept over a decoding's
      * batches); another W is packed here */
-    const float *wc = psm_graph_packed_param (g, w, H, 4 * H, FALSE);
-    float *own = wc ? NULL : psm_xaligned (psm_packed_floats (H, 4 * H) * sizeof (float), "packed LSTM weights");
+    /* decode.precision bf16: h W on bfloat16 operands (psm_gemm_bf16) */
+    const void *wb = !keep && psm_graph_bf16 (g) && psm_graph_is_const (g, w->data)
+                     ? psm_graph_packed_bf16 (g, w->data, H, 4 * H) : NULL;
+    const float *wc = wb ? NULL : psm_graph_packed_param (g, w, H, 4 * H, FALSE);
+    float *own = wc || wb ? NULL : psm_xaligned (psm_packed_floats (H, 4 * H) * sizeof (float), "packed LSTM weights");
     const float *wp = wc ? wc : own;
 #pragma omp parallel num_threads (psm_pack_threads (B))
     {
@@ -346,7 +369,7 @@ psm_lstm_seq_zoneout (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTe
       float *hc = mask ? psm_xmalloc ((size_t) MAX (b1 - b0, 1) * H * sizeof (float), "LSTM scratch") : NULL;
       if (own)
         psm_pack_shared (H, 4 * H, w->data, 4 * H, FALSE, own);
-      lstm_seq_forward_rows (T, B, H, b0, b1, reverse, xp->data + col0, h0->data, c0->data, w->data, wp, mask,
+      lstm_seq_forward_rows (T, B, H, b0, b1, reverse, xp->data + col0, h0->data, c0->data, w->data, wp, wb, mask,
                              out->data, cs, sv, G, ldg, hc, keep, ldx, zh, zc);
       free (hc);
       free (G);
@@ -355,7 +378,7 @@ psm_lstm_seq_zoneout (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTe
   } else {
     float *G = psm_xmalloc ((size_t) B * ldg * sizeof (float), "LSTM scratch");
     float *hc = mask ? psm_xmalloc ((size_t) B * H * sizeof (float), "LSTM scratch") : NULL;
-    lstm_seq_forward_rows (T, B, H, 0, B, reverse, xp->data + col0, h0->data, c0->data, w->data, NULL, mask,
+    lstm_seq_forward_rows (T, B, H, 0, B, reverse, xp->data + col0, h0->data, c0->data, w->data, NULL, NULL, mask,
                            out->data, cs, sv, G, ldg, hc, keep, ldx, zh, zc);
     free (hc);
     free (G);
