@@ -1068,6 +1068,7 @@ dec_step (void *ud, int n, const int32_t *parents, const int32_t *tokens, const 
                  psm_tensor_rows (st.carry), psm_tensor_cols (st.carry), R, d->carry_k);
     return NULL;
   }
+#pragma omp parallel for if ((long) R * d->carry_k >= 65536) schedule (static)   /* as gather.c's copies */
   for (int j = 0; j < R; j++)
     memcpy (d->carry + (size_t) row_of[j] * d->carry_k, st.carry->data + (size_t) j * d->carry_k,
             d->carry_k * sizeof (float));
