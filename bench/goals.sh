@@ -1,10 +1,9 @@
 #!/bin/sh
 # Every speed goal of issues 6 (See et al.), 7 (the LSTM LM) and 9 (Zeng et
 # al.'s decoding time) measured on this machine in one go, with a verdict
-# for each: the commands of BENCHMARKS.md sections c, d and e (e's 15k
-# decoding also with decode.precision bf16, and all of e's decoding again
-# with 64 sentences a batch, eval.batch 640), their outputs kept, then a
-# table. From the build tree, nothing else running:
+# for each: the commands of BENCHMARKS.md sections c, d and e (e's
+# decoding also with decode.precision bf16, again with 64 sentences a batch,
+# eval.batch 640, and with both), their outputs kept, then a table. From the build tree, nothing else running:
 #   make bench && sh bench/goals.sh [see | lm | decode | all]
 #   sh bench/goals.sh --report DIR     only the table, from DIR's logs
 # OUT=DIR keeps the logs there (default: a new folder under /tmp; the
@@ -125,10 +124,19 @@ report () {
     checkm 9 "  the same, eval.batch 640 ($head)" "$(secx 15000 $head)" "$d/decode-640.log" 0.02 le " s"
   done
   for head in copy softmax; do
+    checkm 9 "  the same, bf16 and eval.batch 640 ($head)" "$(secx 15000 $head)" "$d/decode-bf16-640.log" 0.02 le " s"
+  done
+  for head in copy softmax; do
     ratio $head "$x" "2k decoder >= 3x faster than all words ($head)"
   done
   for head in copy softmax; do
     ratio $head "$d/decode-640.log" "  the same, eval.batch 640 ($head)"
+  done
+  for head in copy softmax; do
+    ratio $head "$d/decode-bf16.log" "  the same, decode.precision bf16 ($head)"
+  done
+  for head in copy softmax; do
+    ratio $head "$d/decode-bf16-640.log" "  the same, bf16 and eval.batch 640 ($head)"
   done
   # bound by the recurrence: encoder + decoder steps above the output layer
   sh=$(sed -n 's/^vocab 2000 .* head copy: .*encoder \([0-9.]*\)%, decoder steps \([0-9.]*\)%, output layer \([0-9.]*\)%.*/\1 \2 \3/p' "$x" 2>/dev/null |
@@ -183,7 +191,9 @@ fi
 if [ "$WHAT" = all ] || [ "$WHAT" = decode ]; then
   # the models are made in the first round and decoded again in the others
   rounds decode env OUT="$OUT/decode" sh "$top/bench/readagain-decode.sh" 2000 15000 125000
-  rounds decode-bf16 env OUT="$OUT/decode" SETS='decode.precision="bf16"' sh "$top/bench/readagain-decode.sh" 15000
+  rounds decode-bf16 env OUT="$OUT/decode" SETS='decode.precision="bf16"' sh "$top/bench/readagain-decode.sh" 2000 15000 125000
   rounds decode-640 env OUT="$OUT/decode" SETS='eval.batch=640' sh "$top/bench/readagain-decode.sh" 2000 15000 125000
+  rounds decode-bf16-640 env OUT="$OUT/decode" SETS='decode.precision="bf16" eval.batch=640' \
+    sh "$top/bench/readagain-decode.sh" 2000 15000 125000
 fi
 report "$OUT"
