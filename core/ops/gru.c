@@ -286,11 +286,12 @@ psm_gru_seq_cols (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTensor
   gboolean keep = out->grad != NULL;
   float *sv = keep ? psm_graph_alloc (g, (size_t) T * B * 4 * H * sizeof (float)) : NULL;
   const float *x = xp->data + col0;
+  /* decode.precision bf16, in every build */
+  const void *wb = !keep && psm_graph_bf16 (g) && psm_graph_is_const (g, w->data)
+                   ? psm_graph_packed_bf16 (g, w->data, H, 3 * H) : NULL;
   if (psm_gru_packed) {
     int ldg = psm_pack_panels (3 * H) * PSM_PACK_NR;
     /* a parameter's packed copy is the graph's (as psm_lstm_seq's) */
-    const void *wb = !keep && psm_graph_bf16 (g) && psm_graph_is_const (g, w->data)
-                     ? psm_graph_packed_bf16 (g, w->data, H, 3 * H) : NULL;   /* decode.precision bf16 */
     const float *wc = wb ? NULL : psm_graph_packed_param (g, w, H, 3 * H, FALSE);
     float *own = wc || wb ? NULL : psm_xaligned (psm_packed_floats (H, 3 * H) * sizeof (float), "packed GRU weights");
     const float *wp = wc ? wc : own;
@@ -314,7 +315,7 @@ psm_gru_seq_cols (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTensor
     float *G = psm_xmalloc ((size_t) B * 3 * H * sizeof (float), "GRU scratch");
     float *hc = mask ? psm_xmalloc ((size_t) B * H * sizeof (float), "GRU scratch") : NULL;
     float *row_sv = keep ? NULL : psm_xmalloc (4 * H * sizeof (float), "GRU scratch");
-    gru_seq_forward_rows (T, B, H, 0, B, reverse, x, ldx, h0->data, w->data, NULL, NULL, bh->data, mask, out->data,
+    gru_seq_forward_rows (T, B, H, 0, B, reverse, x, ldx, h0->data, w->data, NULL, wb, bh->data, mask, out->data,
                           keep ? sv : row_sv, keep, G, 3 * H, hc);
     free (row_sv);
     free (hc);

@@ -352,12 +352,13 @@ psm_lstm_seq_zoneout (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTe
   float *sv = keep ? psm_graph_alloc (g, (size_t) T * B * 5 * H * sizeof (float)) : NULL;
   float *cs = psm_graph_alloc (g, (size_t) (keep ? T : 2) * BH * sizeof (float));
   int ldg = PSM_PACK_FAST ? psm_pack_panels (4 * H) * PSM_PACK_NR : 4 * H;
+  /* decode.precision bf16: h W on bfloat16 operands (psm_gemm_bf16), in
+   * every build */
+  const void *wb = !keep && psm_graph_bf16 (g) && psm_graph_is_const (g, w->data)
+                   ? psm_graph_packed_bf16 (g, w->data, H, 4 * H) : NULL;
   if (PSM_PACK_FAST) {
     /* a parameter's packed copy is the graph's (kept over a decoding's
      * batches); another W is packed here */
-    /* decode.precision bf16: h W on bfloat16 operands (psm_gemm_bf16) */
-    const void *wb = !keep && psm_graph_bf16 (g) && psm_graph_is_const (g, w->data)
-                     ? psm_graph_packed_bf16 (g, w->data, H, 4 * H) : NULL;
     const float *wc = wb ? NULL : psm_graph_packed_param (g, w, H, 4 * H, FALSE);
     float *own = wc || wb ? NULL : psm_xaligned (psm_packed_floats (H, 4 * H) * sizeof (float), "packed LSTM weights");
     const float *wp = wc ? wc : own;
@@ -378,7 +379,7 @@ psm_lstm_seq_zoneout (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTe
   } else {
     float *G = psm_xmalloc ((size_t) B * ldg * sizeof (float), "LSTM scratch");
     float *hc = mask ? psm_xmalloc ((size_t) B * H * sizeof (float), "LSTM scratch") : NULL;
-    lstm_seq_forward_rows (T, B, H, 0, B, reverse, xp->data + col0, h0->data, c0->data, w->data, NULL, NULL, mask,
+    lstm_seq_forward_rows (T, B, H, 0, B, reverse, xp->data + col0, h0->data, c0->data, w->data, NULL, wb, mask,
                            out->data, cs, sv, G, ldg, hc, keep, ldx, zh, zc);
     free (hc);
     free (G);
