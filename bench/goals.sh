@@ -2,8 +2,9 @@
 # Every speed goal of issues 6 (See et al.), 7 (the LSTM LM) and 9 (Zeng et
 # al.'s decoding time) measured on this machine in one go, with a verdict
 # for each: the commands of BENCHMARKS.md sections c, d and e (e's
-# decoding also with decode.precision bf16, again with 64 sentences a batch,
-# eval.batch 640, and with both), their outputs kept, then a table. From the build tree, nothing else running:
+# decoding also with decode.precision bf16, again with 64 sentences a
+# batch, eval.batch 640, and with both), their outputs kept, then a table.
+# From the build tree, nothing else running:
 #   make bench && sh bench/goals.sh [see | lm | decode | all]
 #   sh bench/goals.sh --report DIR     only the table, from DIR's logs
 # OUT=DIR keeps the logs there (default: a new folder under /tmp; the
@@ -12,8 +13,9 @@
 # verdicts go by the median over the rounds, the range beside it: on a
 # shared virtual machine one run of a side can move by a fifth or more,
 # and a ratio of two such runs by more. SECONDS_PER and LM_SECONDS as for
-# bench/run.sh (defaults here 10 and 20). With the defaults it takes about
-# 30 minutes on a 2-core machine.
+# bench/run.sh (defaults here 10 and 20). With the defaults it takes
+# half an hour or more on a 2-core machine ("decode" alone, its four
+# settings, 21 minutes on 2026-11-27).
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 
