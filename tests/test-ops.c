@@ -977,8 +977,8 @@ END_TEST
  * beforehand (the same products, summed in another order), with and
  * without a mask; the whole-sequence ops against those cells step by step
  * (h rounded again at every step either way); and not the single-precision
- * result, so that the bf16 path did run. With AMX and, where the CPU has
- * it, again on the packed kernel (psm_bf16_amx unset). */
+ * result, so that the bf16 path did run. On AMX where the CPU has it,
+ * and on the packed kernel (psm_bf16_amx unset). */
 static float *
 rec_bf16_round (const float *x, size_t n)
 {
