@@ -325,8 +325,10 @@ psm_graph_packed (PsmGraph *g, const float *w, int K, int n, gboolean tb)
 }
 
 const void *
-psm_graph_packed_bf16 (PsmGraph *g, const float *w, int K, int n)
+psm_graph_bf16_weight (PsmGraph *g, const float *w, int K, int n, gboolean grad)
 {
+  if (!g->bf16 || grad || !psm_graph_is_const (g, w))
+    return NULL;
   gboolean fresh;
   Packed *pk = packed_entry (g, w, K, n, FALSE, TRUE, &fresh);
   if (fresh)

@@ -216,12 +216,16 @@ const float *psm_graph_packed (PsmGraph *g, const float *w, int K, int n, gboole
  * parameter, else NULL: the op packs a copy of its own. */
 const float *psm_graph_packed_param (PsmGraph *g, const PsmTensor *w, int K, int n, gboolean tb);
 void psm_graph_keep_packed (PsmGraph *g, gboolean keep);
-/* decode.precision bf16 (ops/bf16.c): set on the decoding graph, its
- * psm_linear products of a parameter W run in bfloat16 (psm_gemm_bf16),
- * on W packed once by psm_graph_packed_bf16 and kept as the others. */
+/* decode.precision bf16 (ops/bf16.c): set on the decoding graph, the
+ * products of a parameter W without a gradient (psm_linear,
+ * embedding_linear, the LSTM and GRU cells and sequences) run in bfloat16
+ * (psm_gemm_bf16). psm_graph_bf16_weight is the one test of that for all
+ * of them: W (K x n) packed for psm_gemm_bf16 once a graph and kept as the
+ * other packings, when the graph is bf16, the product has no gradient
+ * (grad FALSE) and W is constant on the graph; else NULL (fp32). */
 void psm_graph_set_bf16 (PsmGraph *g, gboolean on);
 gboolean psm_graph_bf16 (const PsmGraph *g);
-const void *psm_graph_packed_bf16 (PsmGraph *g, const float *w, int K, int n);
+const void *psm_graph_bf16_weight (PsmGraph *g, const float *w, int K, int n, gboolean grad);
 /* ops/bf16.c: x rounded to bfloat16 (to nearest, ties to even); whether
  * the AMX tiles are there and granted (not with PSM_NO_AMX=1); the bytes
  * of W (K x n) packed by psm_bf16_pack (AMX tile pairs, or else psm's

@@ -234,8 +234,7 @@ psm_gru_cell (PsmGraph *g, PsmTensor *xp, PsmTensor *h, PsmTensor *w, PsmTensor 
   /* a parameter's W packed once a graph (as psm_lstm_cell): the steps of a
    * sequence, or of a decoding, share it */
   gboolean packed = psm_packed_rows_ok (g, B) && psm_graph_is_const (g, w->data);
-  const void *wb = psm_graph_bf16 (g) && !out->grad && psm_graph_is_const (g, w->data)
-                   ? psm_graph_packed_bf16 (g, w->data, H, 3 * H) : NULL;
+  const void *wb = psm_graph_bf16_weight (g, w->data, H, 3 * H, out->grad != NULL);
   gru_step_forward (B, H, xp->data, h->data, w->data,
                     packed && !wb ? psm_graph_packed (g, w->data, H, 3 * H, FALSE) : NULL, wb, bh->data, mask, G, hc,
                     out->data, sv);
@@ -287,8 +286,7 @@ psm_gru_seq_cols (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTensor
   float *sv = keep ? psm_graph_alloc (g, (size_t) T * B * 4 * H * sizeof (float)) : NULL;
   const float *x = xp->data + col0;
   /* decode.precision bf16, in every build */
-  const void *wb = !keep && psm_graph_bf16 (g) && psm_graph_is_const (g, w->data)
-                   ? psm_graph_packed_bf16 (g, w->data, H, 3 * H) : NULL;
+  const void *wb = psm_graph_bf16_weight (g, w->data, H, 3 * H, keep);
   if (psm_gru_packed) {
     int ldg = psm_pack_panels (3 * H) * PSM_PACK_NR;
     /* a parameter's packed copy is the graph's (as psm_lstm_seq's) */

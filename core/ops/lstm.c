@@ -67,14 +67,14 @@ psm_lstm_cell (PsmGraph *g, PsmTensor *xp, PsmTensor *h, PsmTensor *c, PsmTensor
   /* the gates and tanh c' for the backward; without one (decoding) none */
   float *sv = out->grad ? psm_graph_alloc (g, (size_t) B * 5 * H * sizeof (float)) : NULL;
   /* decode.precision bf16: h W on bfloat16 operands */
-  gboolean bf = psm_graph_bf16 (g) && !out->grad && psm_graph_is_const (g, w->data);
+  const void *wb = psm_graph_bf16_weight (g, w->data, H, 4 * H, out->grad != NULL);
   gboolean packed = psm_packed_rows_ok (g, B) && psm_graph_is_const (g, w->data);
   /* without a backward or a mask (decoding), on the kernels whose dot
    * product is complete before C is added to it: G = h W, xp added row by
    * row below (the same sum xp + h W, without copying xp to G first; not
    * on BLAS, whose blocks over k each add to C), and G from the graph's
    * arena (a fresh 5 MB a step had been page faults) */
-  gboolean fold = !sv && !mask && (bf || packed);
+  gboolean fold = !sv && !mask && (wb || packed);
   float *G = fold ? psm_graph_alloc (g, (size_t) MAX (B, 1) * 4 * H * sizeof (float))
                   : psm_xmalloc ((size_t) MAX (B, 1) * 4 * H * sizeof (float), "LSTM scratch");
   float *hc = mask ? psm_xmalloc ((size_t) B * H * sizeof (float), "LSTM scratch") : NULL;
@@ -84,8 +84,8 @@ psm_lstm_cell (PsmGraph *g, PsmTensor *xp, PsmTensor *h, PsmTensor *c, PsmTensor
   if (xin != G && !fold)
     memcpy (G, xin, (size_t) R * 4 * H * sizeof (float));
   psm_pack_real_rows (mask, 0, B, 0, B, h->data, H, hc, &hin);
-  if (R && bf)
-    psm_gemm_bf16 (R, 4 * H, H, hin, H, psm_graph_packed_bf16 (g, w->data, H, 4 * H), NULL, !fold, G, 4 * H);
+  if (R && wb)
+    psm_gemm_bf16 (R, 4 * H, H, hin, H, wb, NULL, !fold, G, 4 * H);
   else if (packed && R)
     psm_gemm_packed (R, 4 * H, H, hin, H, psm_graph_packed (g, w->data, H, 4 * H, FALSE), NULL, !fold, G, 4 * H);
   else if (R)
@@ -354,8 +354,7 @@ psm_lstm_seq_zoneout (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTe
   int ldg = PSM_PACK_FAST ? psm_pack_panels (4 * H) * PSM_PACK_NR : 4 * H;
   /* decode.precision bf16: h W on bfloat16 operands (psm_gemm_bf16), in
    * every build */
-  const void *wb = !keep && psm_graph_bf16 (g) && psm_graph_is_const (g, w->data)
-                   ? psm_graph_packed_bf16 (g, w->data, H, 4 * H) : NULL;
+  const void *wb = psm_graph_bf16_weight (g, w->data, H, 4 * H, keep);
   if (PSM_PACK_FAST) {
     /* a parameter's packed copy is the graph's (kept over a decoding's
      * batches); another W is packed here */

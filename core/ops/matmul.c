@@ -181,8 +181,9 @@ embedding_linear (PsmGraph *g, PsmTensor *x, PsmTensor *table, const int32_t *id
     if (b)
       memcpy (u + (size_t) k * N, b->data, N * sizeof (float));
   }
-  if (psm_graph_bf16 (g) && !y->grad && psm_graph_is_const (g, w->data))   /* decode.precision bf16 */
-    psm_gemm_bf16 (nu, N, K, xu, K, psm_graph_packed_bf16 (g, w->data, K, N), NULL, b != NULL, u, N);
+  const void *wb = psm_graph_bf16_weight (g, w->data, K, N, y->grad != NULL);   /* decode.precision bf16 */
+  if (wb)
+    psm_gemm_bf16 (nu, N, K, xu, K, wb, NULL, b != NULL, u, N);
   else
     psm_gemm (FALSE, FALSE, nu, N, K, 1.0f, xu, K, w->data, N, b ? 1.0f : 0.0f, u, N);
 #pragma omp parallel for if ((long) R * N >= 65536) schedule (static)
@@ -461,9 +462,9 @@ psm_linear (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b)
   const float *dm = R > PSM_PACKED_MAX_ROWS ? psm_graph_dropout_of (g, x->data, x->n, &period) : NULL;
   if (dm && dropout_linear (g, x, dm, period, w, b, y))
     return y;
-  if (psm_graph_bf16 (g) && !x->grad && !w->grad && psm_graph_is_const (g, w->data)) {
-    psm_gemm_bf16 (R, N, K, x->data, K, psm_graph_packed_bf16 (g, w->data, K, N), b ? b->data : NULL, FALSE, y->data,
-                   N);
+  const void *wb = psm_graph_bf16_weight (g, w->data, K, N, x->grad || w->grad);
+  if (wb) {
+    psm_gemm_bf16 (R, N, K, x->data, K, wb, b ? b->data : NULL, FALSE, y->data, N);
   } else if (packed) {   /* the bias added as each block is stored */
     psm_gemm_packed (R, N, K, x->data, K, psm_graph_packed (g, w->data, K, N, FALSE), b ? b->data : NULL, FALSE,
                      y->data, N);
