@@ -1729,9 +1729,13 @@ END_TEST
  * dropout's input, W and b after the dropout's own backward; finite
  * differences on the skipping path. Case 0 is psm_locked_dropout itself
  * (p 0.5); case 1 a mask made here (x times it, noted as a dropout) with a
- * class that drops every unit and one that drops one. T 24 x B 3 = 72 rows
- * (above PSM_PACKED_MAX_ROWS), K 37 and N 70 no multiples of a panel. */
-enum { DL_T = 24, DL_B = 3, DL_K = 37, DL_N = 70 };
+ * class that drops every unit and one that drops one. T 66 x B 3 = 198 rows
+ * (above PSM_PACKED_MAX_ROWS), K 37 and N 140 no multiples of a panel.
+ * Where the packed kernel has a wide form (AVX-512), 66 rows a class and
+ * N's 5 panels of 32 (W's panels split over two threads: 2 + 3) take it,
+ * two whole panels at a time, and the last panel alone, in the forward
+ * and in dW; dx (T 66: 3 panels) the same. */
+enum { DL_T = 66, DL_B = 3, DL_K = 37, DL_N = 140 };
 static float dl_mask[DL_B * DL_K], dl_full[DL_T * DL_B * DL_K];
 static PsmTensor *dl_y;   /* the linear's output */
 

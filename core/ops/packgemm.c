@@ -357,12 +357,53 @@ psm_packed_gemm_rows (int M, int K, int n, int p0, int p1, const float *const *a
   /* Rows read by index: a panel's rows are first copied together (the
    * blocks then run the plain kernel on K contiguous rows, in L1: read in
    * place, the rows between them came in too and a block of 6 ran about a
-   * fifth slower), the next panel's prefetched meanwhile. */
-  float *rows = kidx && M > MR ? psm_xaligned (MAX ((size_t) K, 1) * PSM_PACK_NR * sizeof (float), "packed rows")
+   * fifth slower), the next panel's prefetched meanwhile. With AVX-512,
+   * two whole panels at a time on the wide kernel, as packed_gemm does (the
+   * same bits: one chain of multiply-adds in k order an element either
+   * way): rows read in place (dropout_linear's backward, blocks of 12) at
+   * any count, rows by index from PSM_PACK_WIDE_ROWS. The LM's softmax
+   * layer on the kept half of its units (32 classes of 100 rows, K 650, N
+   * 10,000; a throwaway harness, 2 threads): its forward 99-108 -> 88-91
+   * ms; ptb_lstm's update 3-5 % faster in all (BENCHMARKS.md d). */
+  float *rows = kidx && M > MR ? psm_xaligned (MAX ((size_t) K, 1) * 2 * PSM_PACK_NR * sizeof (float), "packed rows")
                                : NULL;
   for (int p = p0; p < p1; p++) {
     const float *bp = Bp + (size_t) (p - p0) * pstride;
     const int32_t *kx = kidx;
+#if PSM_PACK_WIDE
+    if ((rows ? M >= PSM_PACK_WIDE_ROWS : !kidx) && p + 1 < p1 && (p + 2) * PSM_PACK_NR <= n) {
+      /* the next pair's panels prefetched while copying this pair's rows
+       * (a prefetch past the packing's end does not fault) */
+      const float *next = p + 2 < p1 ? bp + 2 * pstride : NULL;
+      float *r1 = rows ? rows + (size_t) K * PSM_PACK_NR : NULL;
+      for (int h = 0; h < 2 && rows; h++) {
+        const float *src = bp + h * pstride, *nx = next ? next + h * pstride : NULL;
+        float *dst = h ? r1 : rows;
+        for (int k = 0; k < K; k++) {
+          size_t kr = (size_t) kidx[k] * PSM_PACK_NR;
+          if (nx)
+            for (int j = 0; j < PSM_PACK_NR; j += 16)
+              __builtin_prefetch (nx + kr + j);
+          *(vf *) (dst + (size_t) k * PSM_PACK_NR) = *(const vf *) (src + kr);
+          *(vf *) (dst + (size_t) k * PSM_PACK_NR + PSM_PACK_VL) = *(const vf *) (src + kr + PSM_PACK_VL);
+        }
+      }
+      Store st = { 2 * PSM_PACK_NR, bias ? bias + p * PSM_PACK_NR : NULL, acc };
+      for (int i = 0; i < M;) {
+        int left = M - i, r = left <= MRW ? left : left - MRW < 3 ? (left + 1) / 2 : MRW;
+        float *c[MRW];
+        for (int j = 0; j < r; j++)
+          c[j] = cr[i + j] + p * PSM_PACK_NR;
+        if (rows)
+          kernel_block_wide (r, K, ar + i, rows, r1, c, &st, NULL);
+        else
+          kernel_block_wide (r, K, ar + i, bp, bp + pstride, c, &st, NULL);
+        i += r;
+      }
+      p++;
+      continue;
+    }
+#endif
     if (rows) {
       const float *next = p + 1 < p1 ? bp + pstride : NULL;
       for (int k = 0; k < K; k++) {
