@@ -65,6 +65,8 @@ report () {
   s="$d/see.log"
   checkm 6 "training >= 4x PyTorch's target tokens/s" \
     's/^training: psm \/ PyTorch target tokens\/s = \([0-9.]*\).*/\1/p' "$s" 4 ge "x"
+  checkm 6 "  the same, PyTorch with autocast bf16" \
+    's/^training: psm \/ PyTorch with autocast bf16 target tokens\/s = \([0-9.]*\)$/\1/p' "$s" 4 ge "x"
   checkm 6 "training >= 50 % of sgemm 2048^3 (FLOPs executed)" \
     's/^psm train: .* GFLOP\/s = \([0-9.]*\) % of sgemm.*/\1/p' "$s" 50 ge " %"
   checkm 6 "  the same, the model's FLOPs (every word projected)" \
@@ -82,6 +84,8 @@ report () {
   l="$d/lm.log"
   checkm 7 "training >= 2.5x PyTorch's words/s (2 x 650, PTB)" \
     's/^training: psm \/ PyTorch words\/s = \([0-9.]*\);.*/\1/p' "$l" 2.5 ge "x"
+  checkm 7 "  the same, PyTorch with autocast bf16" \
+    's/^training: psm \/ PyTorch with autocast bf16 words\/s = \([0-9.]*\)$/\1/p' "$l" 2.5 ge "x"
   # the softmax model's (the line after its words/s line; those of the
   # zoneout and sentinel runs start with a bracket)
   checkm 7 "training >= 60 % of sgemm 2048^3 (FLOPs executed)" \
@@ -140,8 +144,8 @@ decode-bf16-640.log:  the same, bf16 and eval.batch 640"
     check 9 "2k: recurrences above the output layer (copy)" "" 0 ge ""
   fi
   count () { cat "$2" 2>/dev/null | grep -c "$1" || true; }
-  echo "(medians over the rounds, the range in brackets: issue 6 $(count '^training: psm' "$s")," \
-    "issue 7 $(count '^training: psm' "$l"), issue 9 $(count '^vocab 2000 .* head copy' "$x") rounds; logs in $d)"
+  echo "(medians over the rounds, the range in brackets: issue 6 $(count '^training: psm / PyTorch target' "$s")," \
+    "issue 7 $(count '^training: psm / PyTorch words' "$l"), issue 9 $(count '^vocab 2000 .* head copy' "$x") rounds; logs in $d)"
 }
 
 if [ "${1:-}" = --report ]; then

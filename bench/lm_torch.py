@@ -13,7 +13,13 @@ as two nn.LSTM calls), softmax over the 10,000 words, cross-entropy, batch
 gradient norm clipped to 1. No zoneout: nn.LSTM's fused kernel cannot do
 it (psm's number without zoneout is the like-for-like one). Prints words/s
 and peak RSS; eval prints the seconds for the test split at batch 32.
+TORCH_AUTOCAST=bf16 runs the model under torch.autocast('cpu',
+torch.bfloat16) (mixed precision: the products in bfloat16 through oneDNN,
+on AMX where the CPU has it; the loss and the carried state in single
+precision). psm trains in single precision only; BENCHMARKS.md d has both
+PyTorch numbers.
 """
+import os
 import resource
 import sys
 import time
@@ -22,6 +28,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+AUTOCAST = os.environ.get('TORCH_AUTOCAST', '') == 'bf16'
 E = H = 650
 L, B, BPTT, P = 2, 32, 100, 0.5
 
@@ -94,8 +101,10 @@ def main():
                 i, state = 0, zero
             x, y = stream[i:i + BPTT], stream[i + 1:i + 1 + BPTT]
             state = [(h.detach(), c.detach()) for h, c in state]
-            logits, state = model(x, state)
-            loss = F.cross_entropy(logits.view(-1, V), y.reshape(-1))
+            with torch.autocast('cpu', dtype=torch.bfloat16, enabled=AUTOCAST):
+                logits, state = model(x, state)
+                loss = F.cross_entropy(logits.view(-1, V).float(), y.reshape(-1))
+            state = [(h.float(), c.float()) for h, c in state]
             opt.zero_grad()
             loss.backward()
             nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -104,7 +113,7 @@ def main():
             steps += 1
             words += y.numel()
         dt = time.time() - t0
-        print(f'torch train {L}x{H}, V={V}: {1e3 * dt / (steps - 2):.1f} ms/step, {words / dt:.0f} words/s, '
+        print(f'torch train {L}x{H}, V={V}{", autocast bf16" if AUTOCAST else ""}: {1e3 * dt / (steps - 2):.1f} ms/step, {words / dt:.0f} words/s, '
               f'loss {loss.item():.3f}, peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB '
               f'({steps - 2} timed steps, {torch.get_num_threads()} threads)')
     else:

@@ -55,12 +55,18 @@ pz=$("$top/bench/bench-lm" train "$lsec")
 # the sentinel's cost: both heads trained in turns, an update each, so that
 # the host's drift between two separate runs does not count as cost
 ps=$("$top/bench/bench-lm" pair $((lsec * 2)) model.encoder.zoneout=0)
-echo "$t"; echo "$p"; echo "(with zoneout 0.5) $pz"; echo "(pointer sentinel, L = 100) $ps"
+# PyTorch in mixed precision too (torch.autocast bfloat16: its linear
+# products in bf16 through oneDNN, on AMX where there is one): its best
+# runtime on such a CPU, which psm, single precision only, is also set against
+ta=$(TORCH_AUTOCAST=bf16 LD_PRELOAD="$JEMALLOC" /usr/bin/python3 "$top/bench/lm_torch.py" train "$lsec" "$data/ptb.train.txt")
+echo "$t"; echo "(autocast bf16) $ta"; echo "$p"; echo "(with zoneout 0.5) $pz"; echo "(pointer sentinel, L = 100) $ps"
 tw=$(echo "$t" | sed -n 's/.*ms\/step, \([0-9.]*\) words.*/\1/p')
+taw=$(echo "$ta" | sed -n 's/.*ms\/step, \([0-9.]*\) words.*/\1/p')
 pw=$(echo "$p" | sed -n 's/.*ms\/step, \([0-9.]*\) words.*/\1/p')
 sc=$(echo "$ps" | sed -n 's/.*sentinel head costs \(-*[0-9.]*\) % over the softmax.*/\1/p')
 printf 'training: psm / PyTorch words/s = %.2f; sentinel head costs %.1f %% over the softmax (paired)\n' \
   "$(echo "$pw / $tw" | bc -l)" "$sc"
+printf 'training: psm / PyTorch with autocast bf16 words/s = %.2f\n' "$(echo "$pw / $taw" | bc -l)"
 "$top/bench/bench-lm" eval eval.batch=32
 "$top/bench/bench-lm" eval eval.batch=64
 BENCH_LM_CFG=pipelines/ptb_sentinel.cfg "$top/bench/bench-lm" eval eval.batch=64
@@ -80,10 +86,14 @@ N_DECODE=${N_DECODE:-48}
 # training: the sources are the first 16 of those articles with 400 tokens
 p=$(BENCH_SEE_ARTICLES="$arts" BENCH_PROFILE=1 "$top/bench/bench-see" train "$SECONDS_PER")
 t=$(LD_PRELOAD="$JEMALLOC" /usr/bin/python3 "$top/bench/see_torch.py" train "$SECONDS_PER")
-echo "$p"; echo "$t"
+# and in mixed precision (autocast bf16, as in section d)
+ta=$(TORCH_AUTOCAST=bf16 LD_PRELOAD="$JEMALLOC" /usr/bin/python3 "$top/bench/see_torch.py" train "$SECONDS_PER")
+echo "$p"; echo "$t"; echo "(autocast bf16) $ta"
 ptok=$(echo "$p" | sed -n 's/.*ms\/step, \([0-9.]*\) target.*/\1/p')
 ttok=$(echo "$t" | sed -n 's/.*ms\/step, \([0-9.]*\) target.*/\1/p')
+tatok=$(echo "$ta" | sed -n 's/.*ms\/step, \([0-9.]*\) target.*/\1/p')
 printf 'training: psm / PyTorch target tokens/s = %.2f\n' "$(echo "$ptok / $ttok" | bc -l)"
+printf 'training: psm / PyTorch with autocast bf16 target tokens/s = %.2f\n' "$(echo "$ptok / $tatok" | bc -l)"
 # decoding as psm-run --mode decode on a run folder: the vocabulary saved there
 "$top/bench/bench-see" vocab "$rundir"
 p=$("$top/bench/bench-see" decode "$arts" "$N_DECODE" "$rundir")

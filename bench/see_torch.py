@@ -14,8 +14,10 @@ vocabulary distribution softmax(V'(V[s_t; h*_t] + b) + b') projected for all
 steps in one GEMM, the extended-vocabulary mixture (scatter of the
 attention), loss -log P(w*) + coverage loss, Adagrad (0.15, accumulator
 0.1), gradient clipping at 2.  Prints one line: ms a step, target tokens/s,
-peak RSS.
+peak RSS. TORCH_AUTOCAST=bf16: training under torch.autocast('cpu',
+torch.bfloat16), as bench/lm_torch.py (BENCHMARKS.md c).
 """
+import os
 import resource
 import sys
 import time
@@ -24,6 +26,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+AUTOCAST = os.environ.get('TORCH_AUTOCAST', '') == 'bf16'
 E, H = 128, 256
 
 
@@ -137,7 +140,8 @@ def main():
         while True:
             if steps == warm:
                 t0 = time.perf_counter()
-            loss = m.loss(src, src_ext, mask, dec_in, tgt_ext, tmask, V + n_oov)
+            with torch.autocast('cpu', dtype=torch.bfloat16, enabled=AUTOCAST):
+                loss = m.loss(src, src_ext, mask, dec_in, tgt_ext, tmask, V + n_oov).float()
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(m.parameters(), 2.0)
@@ -146,7 +150,7 @@ def main():
             if t0 is not None and time.perf_counter() - t0 >= secs and steps - warm >= 2:
                 break
         dt = (time.perf_counter() - t0) / (steps - warm)
-        print(f'torch train B={B} T={T} Ty={TY} V={V}: {1e3 * dt:.1f} ms/step, '
+        print(f'torch train B={B} T={T} Ty={TY} V={V}{", autocast bf16" if AUTOCAST else ""}: {1e3 * dt:.1f} ms/step, '
               f'{B * TY / dt:.0f} target tokens/s, loss {loss.item():.3f}, '
               f'peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB '
               f'({steps - warm} timed steps, {torch.get_num_threads()} threads)')
