@@ -403,7 +403,9 @@ psm_dotf (const float *a, const float *b, int n)
  * 5-10 % slower on it than on the 8-row kernel, 60 rows 5-7 % faster:
  * bench-packed 650 2600); and then also the decoding graphs' products of
  * more than PSM_PACKED_MAX_ROWS rows take the packed path
- * (psm_packed_rows_ok). */
+ * (psm_packed_rows_ok). psm_packed_gemm_rows has its own rule: rows read
+ * by index from PSM_PACK_WIDE_ROWS, rows read in place at any count
+ * (dropout_linear's backward blocks of 12; packgemm.c says why). */
 #if PSM_PACK_VL == 16 && PSM_PACK_FAST
 #define PSM_PACK_WIDE 1
 #else
