@@ -363,7 +363,7 @@ psm_packed_gemm_rows (int M, int K, int n, int p0, int p1, const float *const *a
    * way): rows read in place (dropout_linear's backward, blocks of 12) at
    * any count, rows by index from PSM_PACK_WIDE_ROWS. The LM's softmax
    * layer on the kept half of its units (32 classes of 100 rows, K 650, N
-   * 10,000; a throwaway harness, 2 threads): its forward 99-108 -> 88-91
+   * 10,000; a throwaway harness, 2 threads): its forward 98.7 -> 88-91
    * ms; ptb_lstm's update 811 -> 771 ms, medians of five alternating
    * rounds (BENCHMARKS.md d). */
   float *rows = kidx && M > MR ? psm_xaligned (MAX ((size_t) K, 1) * 2 * PSM_PACK_NR * sizeof (float), "packed rows")
