@@ -283,6 +283,17 @@ block_rows (int M, int i)
   return left <= MR ? left : left - MR < 4 ? (left + 1) / 2 : MR;
 }
 
+#if PSM_PACK_WIDE
+/* The same for the wide kernel's blocks of MRW: no last block of fewer
+ * than 3 after one. */
+static inline int
+block_rows_wide (int M, int i)
+{
+  int left = M - i;
+  return left <= MRW ? left : left - MRW < 3 ? (left + 1) / 2 : MRW;
+}
+#endif
+
 /* M rows of A against the panels holding columns [0, n), stored as st says
  * (st->nc is set per panel). A packing larger than PSM_PACK_PREFETCH_BYTES
  * is streamed from beyond L2 at every product, so a panel's first block of
@@ -307,7 +318,7 @@ packed_gemm (int M, int K, int n, const float *A, int lda, const float *Bp, floa
       st.bias = bias ? bias + p * PSM_PACK_NR : NULL;
       const float *next = pf && p + 2 < panels ? bp + (size_t) 2 * K * PSM_PACK_NR : NULL;
       for (int i = 0; i < M;) {
-        int left = M - i, r = left <= MRW ? left : left - MRW < 3 ? (left + 1) / 2 : MRW;
+        int r = block_rows_wide (M, i);
         const float *a[MRW];
         float *c[MRW];
         for (int j = 0; j < r; j++) {
@@ -350,6 +361,21 @@ psm_packed_gemm_store (int M, int K, int n, const float *A, int lda, const float
   packed_gemm (M, K, n, A, lda, Bp, C, ldc, (Store) { PSM_PACK_NR, bias, acc }, FALSE);
 }
 
+/* A panel's rows kidx[0..K) copied together into dst (K x PSM_PACK_NR),
+ * the same rows of the panel at next (NULL: none) prefetched meanwhile. */
+static void
+copy_panel_rows (int K, const int32_t *kidx, const float *src, const float *next, float *dst)
+{
+  for (int k = 0; k < K; k++) {
+    size_t kr = (size_t) kidx[k] * PSM_PACK_NR;
+    if (next)
+      for (int j = 0; j < PSM_PACK_NR; j += 16)
+        __builtin_prefetch (next + kr + j);
+    *(vf *) (dst + (size_t) k * PSM_PACK_NR) = *(const vf *) (src + kr);
+    *(vf *) (dst + (size_t) k * PSM_PACK_NR + PSM_PACK_VL) = *(const vf *) (src + kr + PSM_PACK_VL);
+  }
+}
+
 void
 psm_packed_gemm_rows (int M, int K, int n, int p0, int p1, const float *const *ar, const int32_t *kidx,
                       const float *Bp, size_t pstride, float *const *cr, const float *bias, gboolean acc)
@@ -375,30 +401,22 @@ psm_packed_gemm_rows (int M, int K, int n, int p0, int p1, const float *const *a
     if ((rows ? M >= PSM_PACK_WIDE_ROWS : !kidx) && p + 1 < p1 && (p + 2) * PSM_PACK_NR <= n) {
       /* the next pair's panels prefetched while copying this pair's rows
        * (a prefetch past the packing's end does not fault) */
-      const float *next = p + 2 < p1 ? bp + 2 * pstride : NULL;
-      float *r1 = rows ? rows + (size_t) K * PSM_PACK_NR : NULL;
-      for (int h = 0; h < 2 && rows; h++) {
-        const float *src = bp + h * pstride, *nx = next ? next + h * pstride : NULL;
-        float *dst = h ? r1 : rows;
-        for (int k = 0; k < K; k++) {
-          size_t kr = (size_t) kidx[k] * PSM_PACK_NR;
-          if (nx)
-            for (int j = 0; j < PSM_PACK_NR; j += 16)
-              __builtin_prefetch (nx + kr + j);
-          *(vf *) (dst + (size_t) k * PSM_PACK_NR) = *(const vf *) (src + kr);
-          *(vf *) (dst + (size_t) k * PSM_PACK_NR + PSM_PACK_VL) = *(const vf *) (src + kr + PSM_PACK_VL);
-        }
+      const float *b0 = bp, *b1 = bp + pstride;
+      if (rows) {
+        const float *next = p + 2 < p1 ? bp + 2 * pstride : NULL;
+        float *r1 = rows + (size_t) K * PSM_PACK_NR;
+        copy_panel_rows (K, kidx, bp, next, rows);
+        copy_panel_rows (K, kidx, bp + pstride, next ? next + pstride : NULL, r1);
+        b0 = rows;
+        b1 = r1;
       }
       Store st = { 2 * PSM_PACK_NR, bias ? bias + p * PSM_PACK_NR : NULL, acc };
       for (int i = 0; i < M;) {
-        int left = M - i, r = left <= MRW ? left : left - MRW < 3 ? (left + 1) / 2 : MRW;
+        int r = block_rows_wide (M, i);
         float *c[MRW];
         for (int j = 0; j < r; j++)
           c[j] = cr[i + j] + p * PSM_PACK_NR;
-        if (rows)
-          kernel_block_wide (r, K, ar + i, rows, r1, c, &st, NULL);
-        else
-          kernel_block_wide (r, K, ar + i, bp, bp + pstride, c, &st, NULL);
+        kernel_block_wide (r, K, ar + i, b0, b1, c, &st, NULL);
         i += r;
       }
       p++;
@@ -406,15 +424,7 @@ psm_packed_gemm_rows (int M, int K, int n, int p0, int p1, const float *const *a
     }
 #endif
     if (rows) {
-      const float *next = p + 1 < p1 ? bp + pstride : NULL;
-      for (int k = 0; k < K; k++) {
-        size_t kr = (size_t) kidx[k] * PSM_PACK_NR;
-        if (next)
-          for (int j = 0; j < PSM_PACK_NR; j += 16)
-            __builtin_prefetch (next + kr + j);
-        *(vf *) (rows + (size_t) k * PSM_PACK_NR) = *(const vf *) (bp + kr);
-        *(vf *) (rows + (size_t) k * PSM_PACK_NR + PSM_PACK_VL) = *(const vf *) (bp + kr + PSM_PACK_VL);
-      }
+      copy_panel_rows (K, kidx, bp, p + 1 < p1 ? bp + pstride : NULL, rows);
       bp = rows;
       kx = NULL;
     }
