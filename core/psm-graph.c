@@ -120,6 +120,7 @@ struct PsmGraph {
   GArray *packed;        /* Packed */
   gboolean keep_packed;
   gboolean bf16;         /* psm_graph_set_bf16 */
+  gboolean bf16_train;   /* psm_graph_set_bf16_train */
   const float *rep[4], *rep_compact[4];   /* beam repeats (psm_graph_add_repeat) */
   int rep_group[4], n_rep;
   PsmPhase phase;
@@ -334,6 +335,30 @@ psm_graph_bf16_weight (PsmGraph *g, const float *w, int K, int n, gboolean grad)
   if (fresh)
     psm_bf16_pack (K, n, w, pk->data);
   return pk->data;
+}
+
+const void *
+psm_graph_bf16_train_weight (PsmGraph *g, const float *w, int K, int n, gboolean tb)
+{
+  if (!g->bf16_train || !psm_graph_is_const (g, w))
+    return NULL;
+  gboolean fresh;
+  Packed *pk = packed_entry (g, w, K, n, tb, TRUE, &fresh);
+  if (fresh)
+    psm_bf16_pack_op (K, n, w, tb ? K : n, tb, pk->data);
+  return pk->data;
+}
+
+void
+psm_graph_set_bf16_train (PsmGraph *g, gboolean on)
+{
+  g->bf16_train = on;
+}
+
+gboolean
+psm_graph_bf16_train (const PsmGraph *g)
+{
+  return g->bf16_train;
 }
 
 void

@@ -131,6 +131,10 @@ psm_model_new (PsmPipeline *pl, gboolean check, GError **error)
   psm_graph_keep_packed (m->gs, TRUE);   /* across the steps of one decoding; cleared when one starts */
   const char *prec = psm_section_string (psm_pipeline_section (pl, "decode"), "precision");
   psm_graph_set_bf16 (m->gs, prec && !strcmp (prec, "bf16"));
+  /* train.precision: the training graph's products with gradients (an
+   * evaluation on it has none, and stays single precision) */
+  const char *tprec = psm_section_string (psm_pipeline_section (pl, "train"), "precision");
+  psm_graph_set_bf16_train (m->g, tprec && !strcmp (tprec, "bf16"));
   psm_batch_init (&m->batch);
   GError *e = NULL;
   const PsmSection *train = psm_pipeline_section (pl, "train");

@@ -37,6 +37,9 @@ static const PsmParamSpec train_spec[] = {
     "stop|skip|rollback" },
   { "nonfinite_max", PSM_PARAM_INT, "5", 0, 1e9, "skips or rollbacks before training stops anyway", NULL },
   { "rollback_lr_factor", PSM_PARAM_FLOAT, "0.5", 0.001, 1, "learning rate times this at each rollback", NULL },
+  { "precision", PSM_PARAM_CHOICE, "fp32", PSM_NO_RANGE,
+    "training's linear products, forward and backward: fp32, or bf16 (operands rounded to bfloat16, sums, "
+    "gradients and weights in single precision; on AMX tiles where the CPU has them)", "fp32|bf16" },
   PSM_PARAM_END
 };
 

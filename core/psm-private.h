@@ -57,6 +57,7 @@ typedef enum {
   PSM_OP_EMBEDDING_LINEAR,
   PSM_OP_DROPOUT_LINEAR,
   PSM_OP_SCATTER_ROWS,
+  PSM_OP_LINEAR_BF16,
   PSM_OP_COUNT
 } PsmOpKind;
 
@@ -226,6 +227,16 @@ void psm_graph_keep_packed (PsmGraph *g, gboolean keep);
 void psm_graph_set_bf16 (PsmGraph *g, gboolean on);
 gboolean psm_graph_bf16 (const PsmGraph *g);
 const void *psm_graph_bf16_weight (PsmGraph *g, const float *w, int K, int n, gboolean grad);
+/* train.precision bf16: set on the training graph for the forward and
+ * backward pass of an update (psm-train.c), the products of a parameter W
+ * in psm_linear run in bfloat16 both ways (x W, dy W^T and x^T dy, all
+ * summed in single precision; the gradients land in the fp32 master
+ * weights' buffers). psm_graph_bf16_train_weight gives op(W) (K x n)
+ * packed for psm_gemm_bf16 once a graph when the flag is set and W is
+ * constant on the graph, else NULL. */
+void psm_graph_set_bf16_train (PsmGraph *g, gboolean on);
+gboolean psm_graph_bf16_train (const PsmGraph *g);
+const void *psm_graph_bf16_train_weight (PsmGraph *g, const float *w, int K, int n, gboolean tb);
 /* ops/bf16.c: x rounded to bfloat16 (to nearest, ties to even); whether
  * the AMX tiles are there and granted (not with PSM_NO_AMX=1); the bytes
  * of W (K x n) packed by psm_bf16_pack (AMX tile pairs, or else psm's
@@ -240,6 +251,18 @@ size_t psm_bf16_packed_bytes (int K, int n);
 void psm_bf16_pack (int K, int n, const float *w, void *out);
 void psm_gemm_bf16 (int M, int N, int K, const float *A, int lda, const void *wp, const float *bias, gboolean acc,
                     float *C, int ldc);
+/* The same packing of op(W) (K x n: W[k][c] at w[k ldw + c], or w[c ldw +
+ * k] with tb); and C[M, N] (+ with acc)= op(A) op(B), both rounded to
+ * bfloat16 (op(A) M x K: A[i][k] at A[i lda + k], or A[k lda + i] with ta),
+ * B packed for the call: train.precision's backward products (dW = x^T dy
+ * among them). */
+void psm_bf16_pack_op (int K, int n, const float *w, int ldw, gboolean tb, void *out);
+/* The backward of y = x W (x [R, K], W [K, N]) in bfloat16: dx += dy W^T
+ * on W^T packed (wtp: psm_bf16_pack_op of W^T) and dW += x^T dy, dy
+ * rounded once for both (dx or dw NULL: not that one). */
+void psm_linear_bf16_grads (int R, int K, int N, const float *x, const float *dy, const void *wtp, float *dx, float *dw);
+void psm_gemm_bf16_op (gboolean ta, gboolean tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+                       gboolean acc, float *C, int ldc);
 void psm_graph_stale_packed (PsmGraph *g);
 void psm_graph_clear_packed (PsmGraph *g);
 /* C[M, N] = A[M, K] op(W) + bias (bias NULL: none), or C += A op(W) with
@@ -306,6 +329,7 @@ PSM_DECLARE_BACKWARD (sentinel_nll);
 PSM_DECLARE_BACKWARD (linear);
 PSM_DECLARE_BACKWARD (embedding_linear);
 PSM_DECLARE_BACKWARD (dropout_linear);
+PSM_DECLARE_BACKWARD (linear_bf16);
 PSM_DECLARE_BACKWARD (add);
 PSM_DECLARE_BACKWARD (mul);
 PSM_DECLARE_BACKWARD (scale);

@@ -907,6 +907,41 @@ check_gemm_bf16 (PsmRng *rng, int M, int K, int N, gboolean bias, gboolean acc)
   g_free (C);
 }
 
+/* psm_gemm_bf16_op: op(A) op(B) on operands rounded, each transposed or
+ * not, into C with a row stride, set or added to, against double sums. */
+static void
+check_gemm_bf16_op (PsmRng *rng, gboolean ta, gboolean tb, int M, int K, int N, gboolean acc)
+{
+  int lda = (ta ? M : K) + 2, ldb = (tb ? K : N) + 3, ldc = N + 5;
+  float *A = g_new (float, (size_t) (ta ? K : M) * lda), *B = g_new (float, (size_t) (tb ? N : K) * ldb);
+  float *C = g_new (float, (size_t) M * ldc);
+  psm_test_fill (A, (size_t) (ta ? K : M) * lda, 1.0f, rng);
+  psm_test_fill (B, (size_t) (tb ? N : K) * ldb, 1.0f, rng);
+  for (size_t i = 0; i < (size_t) M * ldc; i++)
+    C[i] = 7.0f;
+  psm_gemm_bf16_op (ta, tb, M, N, K, A, lda, B, ldb, acc, C, ldc);
+  for (int i = 0; i < M; i++) {
+    for (int j = 0; j < N; j++) {
+      double s = acc ? 7.0 : 0.0, mag = fabs (s);
+      for (int k = 0; k < K; k++) {
+        double p = (double) psm_bf16_round (ta ? A[(size_t) k * lda + i] : A[(size_t) i * lda + k]) *
+                   psm_bf16_round (tb ? B[(size_t) j * ldb + k] : B[(size_t) k * ldb + j]);
+        s += p;
+        mag += fabs (p);
+      }
+      float c = C[(size_t) i * ldc + j];
+      ck_assert_msg (fabs (c - s) <= 1e-6 * (K + 1) * mag + 1e-30,
+                     "bf16 op amx %d ta %d tb %d M=%d K=%d N=%d acc %d: C[%d][%d] = %g, want %g", psm_amx_usable (),
+                     ta, tb, M, K, N, acc, i, j, c, s);
+    }
+    for (int j = N; j < ldc; j++)
+      ck_assert_msg (C[(size_t) i * ldc + j] == 7.0f, "bf16 op M=%d N=%d: column %d past N written", M, N, j);
+  }
+  g_free (A);
+  g_free (B);
+  g_free (C);
+}
+
 START_TEST (test_gemm_bf16)
 {
   float one = 1.0f, half = 1.0f + 0x1p-8f, three = 1.0f + 0x3p-8f, big = 3.4e38f;
@@ -929,6 +964,14 @@ START_TEST (test_gemm_bf16)
       for (int ki = 0; ki < (int) G_N_ELEMENTS (Ks); ki++)
         for (int ni = 0; ni < (int) G_N_ELEMENTS (Ns); ni++)
           check_gemm_bf16 (&rng, Ms[mi], Ks[ki], Ns[ni], (mi + ni) % 2, (mi + ni) % 2 == 0 && (mi + ki) % 2);
+    /* train.precision's products: every transposition, K past one L2
+     * group of rows and past a whole number of tiles, C set and added to */
+    int Mo[] = { 1, 16, 33, 64, 650 }, Ko[] = { 0, 32, 45, 300 }, No[] = { 3, 64, 97 };
+    for (int mi = 0; mi < (int) G_N_ELEMENTS (Mo); mi++)
+      for (int ki = 0; ki < (int) G_N_ELEMENTS (Ko); ki++)
+        for (int ni = 0; ni < (int) G_N_ELEMENTS (No); ni++)
+          for (int t = 0; t < 4; t++)
+            check_gemm_bf16_op (&rng, t & 1, t >> 1, Mo[mi], Ko[ki], No[ni], (mi + ki + ni + t) % 2);
   }
   psm_bf16_amx = TRUE;
 
@@ -969,6 +1012,189 @@ START_TEST (test_gemm_bf16)
   g_free (w);
   g_free (b);
   g_free (gx);
+}
+END_TEST
+
+/* train.precision bf16 (psm_graph_set_bf16_train). psm_linear with
+ * gradients: y = x W + b, dx = dy W^T and dW = x^T dy against double sums
+ * of the rounded operands (db the single-precision column sums), on AMX
+ * and on the packed kernel, shapes with partial tiles of rows, k and
+ * columns; the same graph without gradients (an evaluation) in single
+ * precision, to the bit. */
+static void
+check_linear_bf16_train (int R, int K, int N)
+{
+  PsmRng rng;
+  psm_rng_seed (&rng, 31 + R);
+  Case c = { 0 };
+  alloc_in (&c, 0, 2, R, K, 0, &rng, 1.0f);
+  alloc_in (&c, 1, 2, K, N, 0, &rng, 1.0f);
+  alloc_in (&c, 2, 1, N, 0, 0, &rng, 1.0f);
+  float *y[2];
+  for (int v = 0; v < 2; v++) {   /* 0 fp32, 1 bf16 */
+    for (int k = 0; k < 3; k++)
+      memset (c.gx[k], 0, n_of (&c, k) * sizeof (float));
+    PsmGraph *g = psm_graph_new ();
+    psm_graph_set_bf16_train (g, v == 1);
+    psm_graph_const_range (g, c.x[1], n_of (&c, 1));
+    PsmTensor *yt = psm_linear (g, in (g, &c, 0), in (g, &c, 1), in (g, &c, 2));
+    y[v] = g_memdup2 (yt->data, (size_t) R * N * sizeof (float));
+    psm_backward (g, psm_test_project (g, yt));
+    psm_graph_free (g);
+  }
+  float *r = g_new (float, (size_t) R * N);   /* dy: psm_test_project's weights */
+  psm_rng_seed (&rng, 4242);
+  psm_test_fill (r, (size_t) R * N, 1.0f, &rng);
+  const float *x = c.x[0], *w = c.x[1], *b = c.x[2];
+#define BF(v) ((double) psm_bf16_round (v))
+  double maxd = 0;
+  for (int i = 0; i < R; i++)
+    for (int j = 0; j < N; j++) {
+      double s = b[j], mag = fabs (s);
+      for (int k = 0; k < K; k++) {
+        s += BF (x[i * K + k]) * BF (w[k * N + j]);
+        mag += fabs (BF (x[i * K + k]) * BF (w[k * N + j]));
+      }
+      ck_assert_msg (fabs (y[1][i * N + j] - s) <= 1e-6 * (K + 1) * mag, "linear bf16 train R=%d y[%d][%d] = %g, want %g",
+                     R, i, j, y[1][i * N + j], s);
+      maxd = MAX (maxd, fabs (y[1][i * N + j] - y[0][i * N + j]));
+    }
+  ck_assert_msg (maxd > 0, "train.precision bf16 gave the single-precision products");
+  for (int i = 0; i < R; i++)
+    for (int k = 0; k < K; k++) {
+      double s = 0, mag = 0;
+      for (int j = 0; j < N; j++) {
+        s += BF (r[i * N + j]) * BF (w[k * N + j]);
+        mag += fabs (BF (r[i * N + j]) * BF (w[k * N + j]));
+      }
+      ck_assert_msg (fabs (c.gx[0][i * K + k] - s) <= 1e-6 * N * mag + 1e-30, "linear bf16 train R=%d: gradient mismatch, dx[%d][%d] = %g, want %g",
+                     R, i, k, c.gx[0][i * K + k], s);
+    }
+  for (int k = 0; k < K; k++)
+    for (int j = 0; j < N; j++) {
+      double s = 0, mag = 0;
+      for (int i = 0; i < R; i++) {
+        s += BF (x[i * K + k]) * BF (r[i * N + j]);
+        mag += fabs (BF (x[i * K + k]) * BF (r[i * N + j]));
+      }
+      ck_assert_msg (fabs (c.gx[1][k * N + j] - s) <= 1e-6 * R * mag + 1e-30, "linear bf16 train R=%d: gradient mismatch, dW[%d][%d] = %g, want %g",
+                     R, k, j, c.gx[1][k * N + j], s);
+    }
+  for (int j = 0; j < N; j++) {
+    double s = 0, mag = 0;
+    for (int i = 0; i < R; i++) {
+      s += r[i * N + j];
+      mag += fabs (r[i * N + j]);
+    }
+    ck_assert_msg (fabs (c.gx[2][j] - s) <= 1e-6 * mag, "linear bf16 train: gradient mismatch, db[%d] = %g, want %g", j, c.gx[2][j], s);
+  }
+#undef BF
+  /* without gradients the flag changes nothing */
+  float *ye[2];
+  for (int v = 0; v < 2; v++) {
+    PsmGraph *g = psm_graph_new ();
+    psm_graph_set_grad (g, FALSE);
+    psm_graph_set_bf16_train (g, v == 1);
+    psm_graph_const_range (g, c.x[1], n_of (&c, 1));
+    PsmTensor *yt = psm_linear (g, psm_tensor_wrap (g, c.x[0], NULL, 2, c.shape[0]),
+                                psm_tensor_wrap (g, c.x[1], NULL, 2, c.shape[1]),
+                                psm_tensor_wrap (g, c.x[2], NULL, 1, c.shape[2]));
+    ye[v] = g_memdup2 (yt->data, (size_t) R * N * sizeof (float));
+    psm_graph_free (g);
+  }
+  ck_assert_msg (memcmp (ye[0], ye[1], (size_t) R * N * sizeof (float)) == 0,
+                 "train.precision bf16 changed a product without gradients");
+  g_free (ye[0]);
+  g_free (ye[1]);
+  g_free (r);
+  g_free (y[0]);
+  g_free (y[1]);
+  free_case (&c);
+}
+
+/* psm_lstm_seq with gradients on a bf16 training graph: the forward the
+ * decoding's bf16 sequence's (h W on the same rounded operands; the gates
+ * kept or not, the same arithmetic); the gradients of every input within
+ * a few percent of the single-precision op's (the products dh W^T and
+ * h^T dG rounded: a transposition or a step out of place would be off by
+ * far more) and not equal to them; with masked rows, in both directions. */
+static double
+rel_diff (const float *a, const float *b, size_t n)
+{
+  double d = 0, s = 0;
+  for (size_t i = 0; i < n; i++) {
+    d += ((double) a[i] - b[i]) * ((double) a[i] - b[i]);
+    s += (double) b[i] * b[i];
+  }
+  return sqrt (d / MAX (s, 1e-300));
+}
+
+static void
+check_lstm_seq_bf16_train (gboolean rev)
+{
+  PsmRng rng;
+  psm_rng_seed (&rng, 41 + rev);
+  enum { T = 7, B = 21, H = 40 };
+  Case c = { 0 };
+  alloc_in (&c, 0, 3, T, B, 4 * H, &rng, 1.0f);
+  alloc_in (&c, 1, 2, B, H, 0, &rng, 1.0f);
+  alloc_in (&c, 2, 2, B, H, 0, &rng, 1.0f);
+  alloc_in (&c, 3, 2, H, 4 * H, 0, &rng, 0.5f);
+  for (int i = 0; i < T * B; i++)
+    c.mask[i] = (i % 11 == 3) ? 0.0f : 1.0f;
+  float *out[3], *grad[2][4];
+  for (int v = 0; v < 3; v++) {   /* 0 fp32, 1 train.precision bf16, 2 decode.precision bf16 */
+    for (int k = 0; k < 4; k++)
+      memset (c.gx[k], 0, n_of (&c, k) * sizeof (float));
+    PsmGraph *g = psm_graph_new ();
+    psm_graph_set_grad (g, v < 2);
+    psm_graph_set_bf16_train (g, v == 1);
+    psm_graph_set_bf16 (g, v == 2);
+    psm_graph_const_range (g, c.x[3], n_of (&c, 3));
+    PsmTensor *xs[4];
+    for (int k = 0; k < 4; k++)
+      xs[k] = v < 2 ? in (g, &c, k) : psm_tensor_wrap (g, c.x[k], NULL, c.nd[k], c.shape[k]);
+    PsmTensor *seq = psm_lstm_seq (g, xs[0], xs[1], xs[2], xs[3], c.mask, rev);
+    out[v] = g_memdup2 (seq->data, seq->n * sizeof (float));
+    if (v < 2) {
+      psm_backward (g, psm_test_project (g, seq));
+      for (int k = 0; k < 4; k++)
+        grad[v][k] = g_memdup2 (c.gx[k], n_of (&c, k) * sizeof (float));
+    }
+    psm_graph_free (g);
+  }
+  size_t n = (size_t) (T + 1) * B * H;
+  for (size_t i = 0; i < n; i++)
+    ck_assert_msg (fabsf (out[1][i] - out[2][i]) <= 1e-6f * (1.0f + fabsf (out[2][i])),
+                   "lstm_seq bf16 train rev %d: out[%zu] = %g, decode's bf16 %g", rev, i, out[1][i], out[2][i]);
+  ck_assert_msg (rel_diff (out[1], out[0], n) > 0, "lstm_seq bf16 train: the single-precision forward");
+  const char *names[4] = { "xp", "h0", "c0", "W" };
+  for (int k = 0; k < 4; k++) {
+    double d = rel_diff (grad[1][k], grad[0][k], n_of (&c, k));
+    ck_assert_msg (d < 0.03 && d > 0, "lstm_seq bf16 train rev %d: gradient mismatch, d%s %.4g from the single-precision gradient", rev,
+                   names[k], d);
+    g_free (grad[0][k]);
+    g_free (grad[1][k]);
+  }
+  for (int v = 0; v < 3; v++)
+    g_free (out[v]);
+  free_case (&c);
+}
+
+START_TEST (test_train_bf16)
+{
+  gboolean amx = psm_amx_usable ();
+  if (!amx)
+    fprintf (stderr, "test_train_bf16: no AMX here; only the packed kernel's path is checked\n");
+  for (int path = 0; path < 1 + amx; path++) {
+    psm_bf16_amx = path == 0;
+    check_linear_bf16_train (70, 45, 97);
+    check_linear_bf16_train (64, 96, 64);
+    check_linear_bf16_train (1, 33, 20);
+    check_lstm_seq_bf16_train (FALSE);
+    check_lstm_seq_bf16_train (TRUE);
+  }
+  psm_bf16_amx = TRUE;
 }
 END_TEST
 
@@ -2486,6 +2712,7 @@ main (int argc, char **argv)
   tcase_add_test (tc, test_packed_gemm);
   tcase_add_test (tc, test_gemm_bf16);
   tcase_add_test (tc, test_recurrence_bf16);
+  tcase_add_test (tc, test_train_bf16);
   tcase_add_test (tc, test_packed_gemm_store);
   tcase_add_test (tc, test_gemm_thread_limit);
   tcase_add_test (tc, test_colsum);

@@ -44,30 +44,9 @@ bf16_bits (float f)
   uint32_t u;
   memcpy (&u, &f, sizeof u);
   /* NaN stays a (quiet) NaN; else to nearest, ties to even. Branch-free,
-   * so that a loop over it is vectorised (bf16_rows). */
+   * so that a loop over it is vectorised (bf16_tiles_op). */
   uint32_t r = (u + 0x7fffu + ((u >> 16) & 1)) >> 16, q = (u >> 16) | 0x40;
   return (uint16_t) ((u & 0x7fffffffu) > 0x7f800000u ? q : r);
-}
-
-/* x's rows rounded to bfloat16 into a [Mp, Kp] (zero-padded), in vectors,
- * the rows over the threads when there are many. */
-static void
-bf16_rows (int M, int K, const float *A, int lda, uint16_t *a, int Kp, int Mp)
-{
-#pragma omp parallel for if ((long) M * K >= (1L << 16) && !omp_in_parallel ()) schedule (static)
-  for (int i = 0; i < Mp; i++) {
-    uint16_t *o = a + (size_t) i * Kp;
-    if (i >= M) {
-      memset (o, 0, (size_t) Kp * sizeof (uint16_t));
-      continue;
-    }
-    const float *x = A + (size_t) i * lda;
-#pragma omp simd
-    for (int k = 0; k < K; k++)
-      o[k] = bf16_bits (x[k]);
-    for (int k = K; k < Kp; k++)
-      o[k] = 0;
-  }
 }
 
 float
@@ -118,34 +97,126 @@ psm_bf16_packed_bytes (int K, int n)
   return psm_packed_floats (K, n) * sizeof (float);
 }
 
-void
-psm_bf16_pack (int K, int n, const float *w, void *out)
+#ifdef PSM_AMX_CODE
+#define AMX_TARGET __attribute__ ((target ("amx-tile,amx-bf16,avx512f,avx512bw,avx512bf16")))
+
+/* One tile of op(W) (k from k0, columns from col0): row r, column c holds
+ * op(W)[k0 + 2 r + j][col0 + c] at 2 c + j. Whole tiles in vectors (the
+ * CPUs with AMX all have AVX512-BF16, whose conversion rounds to nearest
+ * even as bf16_bits does; it flushes subnormals to zero, as TDPBF16PS
+ * treats them anyway); the edges value by value. */
+AMX_TARGET static void
+amx_pack_tile (int K, int n, const float *w, int ldw, gboolean tb, int k0, int col0, uint16_t *t)
 {
-  if (!psm_amx_usable ()) {   /* psm's single-precision panels of the rounded W */
+  if (k0 + TK <= K && col0 + TN <= n) {
+    if (!tb) {   /* two rows of W, 16 columns each, interleaved */
+      const __m512i ix = _mm512_set_epi16 (31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                           21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+      for (int r = 0; r < TK / 2; r++) {
+        const float *r0 = w + (size_t) (k0 + 2 * r) * ldw + col0;
+        __m512i v = (__m512i) _mm512_cvtne2ps_pbh (_mm512_loadu_ps (r0 + ldw), _mm512_loadu_ps (r0));
+        _mm512_storeu_si512 (t + r * 2 * TN, _mm512_permutexvar_epi16 (ix, v));
+      }
+    } else {   /* W^T: a column of op(W) is a row of W, its pairs adjacent;
+                * 16 rows' pairs, then transposed as 32-bit values */
+      uint32_t pr[TN * TK / 2] __attribute__ ((aligned (64)));
+      for (int c = 0; c < TN; c++) {
+        const float *src = w + (size_t) (col0 + c) * ldw + k0;
+        _mm512_store_si512 (pr + c * TK / 2,
+                            (__m512i) _mm512_cvtne2ps_pbh (_mm512_loadu_ps (src + 16), _mm512_loadu_ps (src)));
+      }
+      const __m512i col = _mm512_mullo_epi32 (
+        _mm512_set_epi32 (15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32 (TK / 2));
+      for (int r = 0; r < TK / 2; r++)
+        _mm512_storeu_si512 (t + r * 2 * TN, _mm512_i32gather_epi32 (_mm512_add_epi32 (col, _mm512_set1_epi32 (r)), pr, 4));
+    }
+    return;
+  }
+  for (int r = 0; r < TK / 2; r++)
+    for (int c = 0; c < TN; c++)
+      for (int j = 0; j < 2; j++) {
+        int k = k0 + 2 * r + j, col = col0 + c;
+        float v = k < K && col < n ? (tb ? w[(size_t) col * ldw + k] : w[(size_t) k * ldw + col]) : 0.0f;
+        t[r * 2 * TN + 2 * c + j] = k < K && col < n ? bf16_bits (v) : 0;
+      }
+}
+
+static void
+amx_pack (int K, int n, const float *w, int ldw, gboolean tb, uint16_t *o)
+{
+  int Kb = (K + TK - 1) / TK, panels = (n + PN - 1) / PN;
+#pragma omp parallel for if ((long) K * n >= (1L << 18) && !omp_in_parallel ()) schedule (static)
+  for (long u = 0; u < (long) panels * Kb; u++) {
+    int p = (int) (u / Kb), kb = (int) (u % Kb);
+    for (int h = 0; h < 2; h++)
+      amx_pack_tile (K, n, w, ldw, tb, kb * TK, p * PN + h * TN, o + ((size_t) u * 2 + h) * TILE);
+  }
+}
+#endif
+
+void
+psm_bf16_pack_op (int K, int n, const float *w, int ldw, gboolean tb, void *out)
+{
+  if (!psm_amx_usable ()) {   /* psm's single-precision panels of the rounded op(W) */
     float *o = out;
-    psm_pack (K, n, w, n, FALSE, o);
+    psm_pack (K, n, w, ldw, tb, o);
     size_t m = psm_packed_floats (K, n);
 #pragma omp parallel for if (m >= (1u << 20) && !omp_in_parallel ()) schedule (static)
     for (size_t i = 0; i < m; i++)
       o[i] = psm_bf16_round (o[i]);
     return;
   }
-  int Kb = (K + TK - 1) / TK, panels = (n + PN - 1) / PN;
-  uint16_t *o = out;
-#pragma omp parallel for if ((long) K * n >= (1L << 20) && !omp_in_parallel ()) schedule (static)
-  for (int p = 0; p < panels; p++)
-    for (int kb = 0; kb < Kb; kb++)
-      for (int h = 0; h < 2; h++) {
-        uint16_t *t = o + (((size_t) p * Kb + kb) * 2 + h) * TILE;
-        for (int r = 0; r < TK / 2; r++)
-          for (int c = 0; c < TN; c++) {
-            int col = p * PN + h * TN + c;
-            for (int j = 0; j < 2; j++) {
-              int k = kb * TK + 2 * r + j;
-              t[r * 2 * TN + 2 * c + j] = k < K && col < n ? bf16_bits (w[(size_t) k * n + col]) : 0;
-            }
+#ifdef PSM_AMX_CODE
+  amx_pack (K, n, w, ldw, tb, out);
+#endif
+}
+
+void
+psm_bf16_pack (int K, int n, const float *w, void *out)
+{
+  psm_bf16_pack_op (K, n, w, n, FALSE, out);
+}
+
+/* op(A) (M x K: A[i][k], or A[k][i] with ta) rounded to bfloat16 in the
+ * tiles' own order: [Mp / 16][Kb] tiles of 16 rows x 32 k, each a
+ * contiguous kilobyte (rows of a long k a page or more apart had put the
+ * 16 lines of a tile in a few sets of L1), zero-padded. */
+static void
+bf16_tiles_op (gboolean ta, int M, int K, const float *A, int lda, uint16_t *a, int Kb, int Mp)
+{
+#pragma omp parallel for if ((long) M * K >= (1L << 16) && !omp_in_parallel ()) schedule (static)
+  for (int i0 = 0; i0 < Mp; i0 += 16) {
+    int ni = MAX (0, MIN (16, M - i0));
+    for (int kb = 0; kb < Kb; kb++) {
+      uint16_t *t = a + ((size_t) (i0 / 16) * Kb + kb) * TILE;
+      int k0 = kb * TK, nk = MIN (TK, K - k0);
+      if (ta) {
+        for (int kk = 0; kk < nk; kk++) {
+          const float *x = A + (size_t) (k0 + kk) * lda + i0;
+          for (int ii = 0; ii < ni; ii++)
+            t[ii * TK + kk] = bf16_bits (x[ii]);
+        }
+        for (int ii = 0; ii < ni; ii++)
+          for (int kk = nk; kk < TK; kk++)
+            t[ii * TK + kk] = 0;
+      } else {
+        for (int ii = 0; ii < ni; ii++) {
+          const float *x = A + (size_t) (i0 + ii) * lda + k0;
+          uint16_t *o = t + ii * TK;
+          if (nk == TK) {
+#pragma omp simd
+            for (int kk = 0; kk < TK; kk++)
+              o[kk] = bf16_bits (x[kk]);
+          } else {
+            for (int kk = 0; kk < TK; kk++)
+              o[kk] = kk < nk ? bf16_bits (x[kk]) : 0;
           }
+        }
       }
+      if (ni < 16)
+        memset (t + ni * TK, 0, (size_t) (16 - ni) * TK * sizeof (uint16_t));
+    }
+  }
 }
 
 #ifdef PSM_AMX_CODE
@@ -157,13 +228,20 @@ typedef struct {
   uint8_t rows[16];
 } __attribute__ ((packed)) TileCfg;
 
-__attribute__ ((target ("amx-tile,amx-bf16"))) static void
-amx_gemm (int M, int N, int K, const float *A, int lda, const uint16_t *wp, const float *bias, gboolean acc, float *C,
-          int ldc)
+/* C[M, N] = a W + bias, or C += a W (acc), a the rounded op(A) in tiles
+ * (bf16_tiles_op, Kp = 32 Kb) and W packed. Blocks of 32 rows x 32
+ * columns: four tiles of sums, and for each 32 k two tiles of a and two of
+ * W. The column panels split over the threads; within a thread's, the
+ * rows in groups whose tiles stay in L2 (about 1 MB) while its panels go
+ * by. A block inside C starts from C itself (acc) or from the bias and is
+ * stored straight into C; one at an edge goes through a buffer. (Sums
+ * over k in chunks, C stored and reloaded between them, ran slower: 1,000
+ * against 1,500 GFLOP/s on two cores of the Intel host of BENCHMARKS.md.) */
+AMX_TARGET static void
+amx_run (int M, int N, int Kp, const uint16_t *a, const uint16_t *wp, const float *bias, gboolean acc, float *C, int ldc)
 {
-  int Kb = (K + TK - 1) / TK, Kp = Kb * TK, Mp = (M + 15) / 16 * 16, panels = (N + PN - 1) / PN;
-  uint16_t *a = psm_xaligned ((size_t) Mp * Kp * sizeof (uint16_t), "bf16 rows");
-  bf16_rows (M, K, A, lda, a, Kp, Mp);
+  int Kb = Kp / TK, Mp = (M + 15) / 16 * 16, panels = (N + PN - 1) / PN;
+  int group = MAX (32, (1024 * 1024 / (Kp * (int) sizeof (uint16_t))) / 32 * 32);
   /* the threads as psm_gemm_packed has them: 4 panels each at least */
   int nt = omp_in_parallel () ? 1 : MAX (1, MIN (omp_get_max_threads (), panels / 4));
 #pragma omp parallel num_threads (nt)
@@ -179,49 +257,134 @@ amx_gemm (int M, int N, int K, const float *A, int lda, const uint16_t *wp, cons
     }
     _tile_loadconfig (&cfg);
     float cs[32 * PN] __attribute__ ((aligned (64)));
-    for (int p = p0; p < p1; p++) {
-      const uint16_t *bp = wp + (size_t) p * Kb * 2 * TILE;
-      int c0 = p * PN, nc = MIN (PN, N - c0);
-      for (int mb = 0; mb < Mp; mb += 32) {
-        gboolean two = mb + 16 < Mp;
-        const uint16_t *a0 = a + (size_t) mb * Kp, *a1 = a0 + (size_t) 16 * Kp;
-        _tile_zero (0);
-        _tile_zero (1);
-        _tile_zero (2);
-        _tile_zero (3);
-        for (int kb = 0; kb < Kb; kb++) {
-          _tile_loadd (6, bp + (size_t) kb * 2 * TILE, 64);
-          _tile_loadd (7, bp + (size_t) kb * 2 * TILE + TILE, 64);
-          _tile_loadd (4, a0 + kb * TK, Kp * sizeof (uint16_t));
-          _tile_dpbf16ps (0, 4, 6);
-          _tile_dpbf16ps (1, 4, 7);
-          if (two) {
-            _tile_loadd (5, a1 + kb * TK, Kp * sizeof (uint16_t));
-            _tile_dpbf16ps (2, 5, 6);
-            _tile_dpbf16ps (3, 5, 7);
+    float bb[16 * PN] __attribute__ ((aligned (64)));
+    const size_t lc = (size_t) ldc * sizeof (float), la = TK * sizeof (uint16_t), le = PN * sizeof (float);
+    for (int m0 = 0; m0 < Mp; m0 += group) {
+      for (int p = p0; p < p1; p++) {
+        const uint16_t *bp = wp + (size_t) p * Kb * 2 * TILE;
+        int c0 = p * PN, nc = MIN (PN, N - c0);
+        if (bias)
+          for (int r = 0; r < 16; r++)
+            for (int j = 0; j < PN; j++)
+              bb[r * PN + j] = j < nc ? bias[c0 + j] : 0.0f;
+        for (int mb = m0; mb < MIN (Mp, m0 + group); mb += 32) {
+          gboolean two = mb + 16 < Mp;
+          gboolean direct = nc == PN && mb + (two ? 32 : 16) <= M;
+          const uint16_t *a0 = a + (size_t) (mb / 16) * Kb * TILE, *a1 = a0 + (size_t) Kb * TILE;
+          float *d0 = C + (size_t) mb * ldc + c0, *d1 = d0 + (size_t) 16 * ldc;
+          if (direct && acc) {
+            _tile_loadd (0, d0, lc);
+            _tile_loadd (1, d0 + TN, lc);
+            if (two) {
+              _tile_loadd (2, d1, lc);
+              _tile_loadd (3, d1 + TN, lc);
+            }
+          } else if (bias) {
+            _tile_loadd (0, bb, le);
+            _tile_loadd (1, bb + TN, le);
+            _tile_loadd (2, bb, le);
+            _tile_loadd (3, bb + TN, le);
+          } else {
+            _tile_zero (0);
+            _tile_zero (1);
+            _tile_zero (2);
+            _tile_zero (3);
           }
-        }
-        _tile_stored (0, cs, PN * sizeof (float));
-        _tile_stored (1, cs + TN, PN * sizeof (float));
-        _tile_stored (2, cs + 16 * PN, PN * sizeof (float));
-        _tile_stored (3, cs + 16 * PN + TN, PN * sizeof (float));
-        for (int i = mb; i < MIN (M, mb + 32); i++) {
-          const float *s = cs + (size_t) (i - mb) * PN;
-          float *d = C + (size_t) i * ldc + c0;
-          if (acc)
-            for (int j = 0; j < nc; j++)
-              d[j] += s[j];
-          else
-            for (int j = 0; j < nc; j++)
-              d[j] = bias ? s[j] + bias[c0 + j] : s[j];
+          for (int kb = 0; kb < Kb; kb++) {
+            _tile_loadd (6, bp + (size_t) kb * 2 * TILE, 64);
+            _tile_loadd (7, bp + (size_t) kb * 2 * TILE + TILE, 64);
+            _tile_loadd (4, a0 + (size_t) kb * TILE, la);
+            _tile_dpbf16ps (0, 4, 6);
+            _tile_dpbf16ps (1, 4, 7);
+            if (two) {
+              _tile_loadd (5, a1 + (size_t) kb * TILE, la);
+              _tile_dpbf16ps (2, 5, 6);
+              _tile_dpbf16ps (3, 5, 7);
+            }
+          }
+          if (direct) {
+            _tile_stored (0, d0, lc);
+            _tile_stored (1, d0 + TN, lc);
+            if (two) {
+              _tile_stored (2, d1, lc);
+              _tile_stored (3, d1 + TN, lc);
+            }
+            continue;
+          }
+          _tile_stored (0, cs, le);
+          _tile_stored (1, cs + TN, le);
+          _tile_stored (2, cs + 16 * PN, le);
+          _tile_stored (3, cs + 16 * PN + TN, le);
+          for (int i = mb; i < MIN (M, mb + 32); i++) {
+            const float *s = cs + (size_t) (i - mb) * PN;
+            float *d = C + (size_t) i * ldc + c0;
+            if (acc)
+              for (int j = 0; j < nc; j++)
+                d[j] += s[j];
+            else
+              memcpy (d, s, (size_t) nc * sizeof (float));
+          }
         }
       }
     }
     _tile_release ();
   }
-  free (a);
 }
 #endif
+
+/* Scratch for the rounded rows and a call's packing: a calling thread's
+ * own, grown as needed and kept, when it is not inside a parallel region
+ * (train.precision's products of 3,200 x 10,000 would otherwise map and
+ * fault in 64 MB twice an update); else malloc'd for the call. */
+typedef struct {
+  void *p;
+  size_t cap;
+} Scratch;
+static __thread Scratch scratch_rows, scratch_pack, scratch_x;
+
+static void *
+scratch_get (Scratch *s, size_t bytes, const char *what)
+{
+  if (omp_in_parallel ())
+    return psm_xaligned (bytes, what);
+  if (s->cap < bytes) {
+    free (s->p);
+    s->p = psm_xaligned (bytes, what);
+    s->cap = bytes;
+  }
+  return s->p;
+}
+
+static void
+scratch_put (Scratch *s, void *p)
+{
+  if (p != s->p)
+    free (p);
+}
+
+/* C (+)= op(A) W on rounded rows of op(A) and W packed (AMX, else psm's
+ * packed kernel on A rounded). */
+static void
+gemm_bf16_rows (gboolean ta, int M, int N, int K, const float *A, int lda, const void *wp, const float *bias,
+                gboolean acc, float *C, int ldc)
+{
+#ifdef PSM_AMX_CODE
+  if (psm_amx_usable ()) {
+    int Kp = (K + TK - 1) / TK * TK, Mp = (M + 15) / 16 * 16;
+    uint16_t *a = scratch_get (&scratch_rows, (size_t) Mp * Kp * sizeof (uint16_t), "bf16 rows");
+    bf16_tiles_op (ta, M, K, A, lda, a, Kp / TK, Mp);
+    amx_run (M, N, Kp, a, wp, bias, acc, C, ldc);
+    scratch_put (&scratch_rows, a);
+    return;
+  }
+#endif
+  float *ar = psm_xmalloc ((size_t) M * MAX (K, 1) * sizeof (float), "bf16 rows");
+  for (int i = 0; i < M; i++)
+    for (int k = 0; k < K; k++)
+      ar[(size_t) i * K + k] = psm_bf16_round (ta ? A[(size_t) k * lda + i] : A[(size_t) i * lda + k]);
+  psm_gemm_packed (M, N, K, ar, K, wp, bias, acc, C, ldc);
+  free (ar);
+}
 
 void
 psm_gemm_bf16 (int M, int N, int K, const float *A, int lda, const void *wp, const float *bias, gboolean acc, float *C,
@@ -230,16 +393,87 @@ psm_gemm_bf16 (int M, int N, int K, const float *A, int lda, const void *wp, con
   g_return_if_fail (!bias || !acc);   /* as psm_gemm_packed: one or the other */
   if (M <= 0 || N <= 0)
     return;
+  if (K <= 0) {
+    for (int i = 0; i < M && !acc; i++)
+      for (int j = 0; j < N; j++)
+        C[(size_t) i * ldc + j] = bias ? bias[j] : 0.0f;
+    return;
+  }
+  gemm_bf16_rows (FALSE, M, N, K, A, lda, wp, bias, acc, C, ldc);
+}
+
+void
+psm_gemm_bf16_op (gboolean ta, gboolean tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+                  gboolean acc, float *C, int ldc)
+{
+  if (M <= 0 || N <= 0)
+    return;
+  if (K <= 0) {
+    for (int i = 0; i < M && !acc; i++)
+      memset (C + (size_t) i * ldc, 0, (size_t) N * sizeof (float));
+    return;
+  }
+  void *bp = scratch_get (&scratch_pack, psm_bf16_packed_bytes (K, N), "bf16 packing");
+  psm_bf16_pack_op (K, N, B, ldb, tb, bp);
+  gemm_bf16_rows (ta, M, N, K, A, lda, bp, NULL, acc, C, ldc);
+  scratch_put (&scratch_pack, bp);
+}
+
+#ifdef PSM_AMX_CODE
+/* dy as W's packing for x^T dy (K = its R rows, n = N) from its rounded
+ * tiles (bf16_tiles_op, Nb tiles of 32 columns a block of 16 rows, the
+ * blocks to a whole number of pairs of them): a W tile's row r is rows 2r
+ * and 2r + 1 of one tile of dy, 16 of its columns, interleaved. */
+AMX_TARGET static void
+amx_pairs_from_tiles (const uint16_t *dyt, int Rb2, int Nb, uint16_t *o)
+{
+  const __m512i ix = _mm512_set_epi16 (31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5,
+                                       20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+#pragma omp parallel for if ((long) Rb2 * Nb >= 64 && !omp_in_parallel ()) schedule (static)
+  for (long u = 0; u < (long) Nb * Rb2; u++) {
+    int p = (int) (u / Rb2), kb = (int) (u % Rb2);
+    for (int h = 0; h < 2; h++) {
+      uint16_t *t = o + ((size_t) u * 2 + h) * TILE;
+      for (int r = 0; r < TK / 2; r++) {
+        int row = 2 * r;   /* of the 32 rows kb covers: tile 2 kb + row / 16 */
+        const uint16_t *s = dyt + ((size_t) (2 * kb + row / 16) * Nb + p) * TILE + (row % 16) * TK + h * TN;
+        __m512i v = _mm512_inserti64x4 (_mm512_castsi256_si512 (_mm256_loadu_si256 ((const __m256i *) s)),
+                                        _mm256_loadu_si256 ((const __m256i *) (s + TK)), 1);
+        _mm512_storeu_si512 (t + r * 2 * TN, _mm512_permutexvar_epi16 (ix, v));
+      }
+    }
+  }
+}
+#endif
+
+void
+psm_linear_bf16_grads (int R, int K, int N, const float *x, const float *dy, const void *wtp, float *dx, float *dw)
+{
+  if (R <= 0 || K <= 0 || N <= 0)
+    return;
 #ifdef PSM_AMX_CODE
   if (psm_amx_usable ()) {
-    amx_gemm (M, N, K, A, lda, wp, bias, acc, C, ldc);
+    int Nb = (N + TK - 1) / TK, Rb2 = (R + TK - 1) / TK;   /* dy's tiles: 2 Rb2 blocks of 16 rows */
+    uint16_t *dyt = scratch_get (&scratch_rows, (size_t) 2 * Rb2 * Nb * TILE * sizeof (uint16_t), "bf16 rows");
+    bf16_tiles_op (FALSE, R, N, dy, N, dyt, Nb, 2 * Rb2 * 16);
+    if (dx)   /* dx += dy W^T */
+      amx_run (R, K, Nb * TK, dyt, wtp, NULL, TRUE, dx, K);
+    if (dw) {   /* dW += x^T dy */
+      int Kp = (K + 15) / 16 * 16;
+      uint16_t *dyp = scratch_get (&scratch_pack, (size_t) Nb * Rb2 * 2 * TILE * sizeof (uint16_t), "bf16 packing");
+      uint16_t *xt = scratch_get (&scratch_x, (size_t) Kp * Rb2 * TK * sizeof (uint16_t), "bf16 rows");
+      amx_pairs_from_tiles (dyt, Rb2, Nb, dyp);
+      bf16_tiles_op (TRUE, K, R, x, K, xt, Rb2, Kp);
+      amx_run (K, N, Rb2 * TK, xt, dyp, NULL, TRUE, dw, N);
+      scratch_put (&scratch_pack, dyp);
+      scratch_put (&scratch_x, xt);
+    }
+    scratch_put (&scratch_rows, dyt);
     return;
   }
 #endif
-  float *ar = psm_xmalloc ((size_t) M * MAX (K, 1) * sizeof (float), "bf16 rows");
-  for (int i = 0; i < M; i++)
-    for (int k = 0; k < K; k++)
-      ar[(size_t) i * K + k] = psm_bf16_round (A[(size_t) i * lda + k]);
-  psm_gemm_packed (M, N, K, ar, K, wp, bias, acc, C, ldc);
-  free (ar);
+  if (dx)
+    psm_gemm_bf16 (R, K, N, dy, N, wtp, NULL, TRUE, dx, K);
+  if (dw)
+    psm_gemm_bf16_op (TRUE, FALSE, K, N, R, x, K, dy, N, TRUE, dw, N);
 }

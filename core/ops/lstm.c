@@ -189,6 +189,7 @@ typedef struct {
   gboolean reverse;
   const float *zh, *zc;   /* zoneout weights [T, B, H] or NULL */
   const float *wpt;       /* W^T packed in the graph's cache, or NULL */
+  const void *wbt;        /* train.precision bf16: W^T packed for psm_gemm_bf16, or NULL */
 } LstmSeqSaved;
 
 /* Rows [b0, b1) over the whole sequence. G: scratch [b1 - b0, ldg]; hc
@@ -252,7 +253,7 @@ lstm_seq_forward_rows (int T, int B, int H, int b0, int b1, gboolean rev, const 
 static void
 lstm_seq_backward_rows (int T, int B, int H, int b0, int b1, gboolean rev, const float *dhs, const float *hs,
                         const float *c0, const float *cs, const float *sv, const float *mask, const float *w,
-                        const float *wpt, float *dG, float *dxp, int ldx, float *carry_h, float *carry_c, float *C,
+                        const float *wpt, const void *wbt, float *dG, float *dxp, int ldx, float *carry_h, float *carry_c, float *C,
                         int ldc, float *dGc, const float *zh, const float *zc)
 {
   for (int k = T - 1; k >= 0 && b1 > b0; k--) {
@@ -311,7 +312,9 @@ lstm_seq_backward_rows (int T, int B, int H, int b0, int b1, gboolean rev, const
      * have dG = 0: they are left out) */
     const float *din;
     int n = psm_pack_real_rows (mask, t, B, b0, b1, dGt, 4 * H, dGc, &din);   /* C's row r: the r-th real row */
-    if (n && wpt)
+    if (n && wbt)   /* this thread's rows alone */
+      psm_gemm_bf16 (n, H, 4 * H, din, 4 * H, wbt, NULL, FALSE, C, ldc);
+    else if (n && wpt)
       psm_packed_gemm (n, 4 * H, H, din, 4 * H, wpt, C, ldc);
     else if (n)
       psm_gemm (FALSE, TRUE, n, H, 4 * H, 1.0f, din, 4 * H, w, 4 * H, 0.0f, C, ldc);
@@ -352,9 +355,10 @@ psm_lstm_seq_zoneout (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTe
   float *sv = keep ? psm_graph_alloc (g, (size_t) T * B * 5 * H * sizeof (float)) : NULL;
   float *cs = psm_graph_alloc (g, (size_t) (keep ? T : 2) * BH * sizeof (float));
   int ldg = PSM_PACK_FAST ? psm_pack_panels (4 * H) * PSM_PACK_NR : 4 * H;
-  /* decode.precision bf16: h W on bfloat16 operands (psm_gemm_bf16), in
-   * every build */
-  const void *wb = psm_graph_bf16_weight (g, w->data, H, 4 * H, keep);
+  /* decode.precision bf16 (no gradient) and train.precision bf16 (with
+   * one): h W on bfloat16 operands (psm_gemm_bf16), in every build */
+  const void *wb = keep ? psm_graph_bf16_train_weight (g, w->data, H, 4 * H, FALSE)
+                        : psm_graph_bf16_weight (g, w->data, H, 4 * H, keep);
   if (PSM_PACK_FAST) {
     /* a parameter's packed copy is the graph's (kept over a decoding's
      * batches); another W is packed here */
@@ -394,7 +398,9 @@ psm_lstm_seq_zoneout (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTe
     s->reverse = reverse;
     s->zh = zh;   /* the caller keeps them until the backward pass */
     s->zc = zc;
-    s->wpt = psm_graph_packed_param (g, w, 4 * H, H, TRUE);   /* for dh = dG W^T */
+    /* for dh = dG W^T */
+    s->wbt = wb ? psm_graph_bf16_train_weight (g, w->data, 4 * H, H, TRUE) : NULL;
+    s->wpt = s->wbt ? NULL : psm_graph_packed_param (g, w, 4 * H, H, TRUE);
     n->saved = s;
     n->iarg[0] = col0;
   }
@@ -416,7 +422,7 @@ psm_lstm_seq_backward (PsmNode *n)
   memcpy (carry_c, out->grad + (size_t) T * BH, BH * sizeof (float));
   int ldc = PSM_PACK_FAST ? psm_pack_panels (H) * PSM_PACK_NR : H;
   if (PSM_PACK_FAST) {
-    float *own = s->wpt ? NULL : psm_xaligned (psm_packed_floats (4 * H, H) * sizeof (float), "packed LSTM weights");
+    float *own = s->wpt || s->wbt ? NULL : psm_xaligned (psm_packed_floats (4 * H, H) * sizeof (float), "packed LSTM weights");
     const float *wpt = s->wpt ? s->wpt : own;
 #pragma omp parallel num_threads (psm_pack_threads (B))
     {
@@ -427,7 +433,7 @@ psm_lstm_seq_backward (PsmNode *n)
       if (own)
         psm_pack_shared (4 * H, H, w->data, 4 * H, TRUE, own);   /* op(W) = W^T [4H, H] */
       lstm_seq_backward_rows (T, B, H, b0, b1, rev, out->grad, out->data, c0->data, s->cs, s->sv, s->mask,
-                              w->data, wpt, dG, dxp, ldx, carry_h, carry_c, C, ldc, dGc, s->zh, s->zc);
+                              w->data, wpt, s->wbt, dG, dxp, ldx, carry_h, carry_c, C, ldc, dGc, s->zh, s->zc);
       free (dGc);
       free (C);
     }
@@ -436,7 +442,7 @@ psm_lstm_seq_backward (PsmNode *n)
     float *C = psm_xmalloc ((size_t) B * ldc * sizeof (float), "LSTM scratch");
     float *dGc = s->mask ? psm_xmalloc ((size_t) B * 4 * H * sizeof (float), "LSTM scratch") : NULL;
     lstm_seq_backward_rows (T, B, H, 0, B, rev, out->grad, out->data, c0->data, s->cs, s->sv, s->mask, w->data,
-                            NULL, dG, dxp, ldx, carry_h, carry_c, C, ldc, dGc, s->zh, s->zc);
+                            NULL, s->wbt, dG, dxp, ldx, carry_h, carry_c, C, ldc, dGc, s->zh, s->zc);
     free (dGc);
     free (C);
   }
@@ -451,11 +457,26 @@ psm_lstm_seq_backward (PsmNode *n)
      * the other steps as one GEMM (h_prev of position t is h of t - 1, or
      * of t + 1 in reverse) */
     int first = rev ? T - 1 : 0;
-    psm_gemm (TRUE, FALSE, H, 4 * H, B, 1.0f, h0->data, H, dG + (size_t) first * B * 4 * H, 4 * H, 1.0f, w->grad,
-              4 * H);
-    if (T > 1)
-      psm_gemm (TRUE, FALSE, H, 4 * H, (T - 1) * B, 1.0f, out->data + (rev ? BH : 0), H,
-                dG + (rev ? 0 : (size_t) B * 4 * H), 4 * H, 1.0f, w->grad, 4 * H);
+    const float *hprev = out->data + (rev ? BH : 0), *dgo = dG + (rev ? 0 : (size_t) B * 4 * H);
+    if (s->wbt) {   /* train.precision bf16: as one product from h0 on */
+      if (rev) {
+        psm_gemm_bf16_op (TRUE, FALSE, H, 4 * H, B, h0->data, H, dG + (size_t) first * B * 4 * H, 4 * H, TRUE,
+                          w->grad, 4 * H);
+        if (T > 1)
+          psm_gemm_bf16_op (TRUE, FALSE, H, 4 * H, (T - 1) * B, hprev, H, dgo, 4 * H, TRUE, w->grad, 4 * H);
+      } else {   /* h0 then h of 0..T-2: rows contiguous once h0 is put before them */
+        float *hp = psm_xmalloc ((size_t) T * BH * sizeof (float), "LSTM gradients");
+        memcpy (hp, h0->data, BH * sizeof (float));
+        memcpy (hp + BH, out->data, (size_t) (T - 1) * BH * sizeof (float));
+        psm_gemm_bf16_op (TRUE, FALSE, H, 4 * H, T * B, hp, H, dG, 4 * H, TRUE, w->grad, 4 * H);
+        free (hp);
+      }
+    } else {
+      psm_gemm (TRUE, FALSE, H, 4 * H, B, 1.0f, h0->data, H, dG + (size_t) first * B * 4 * H, 4 * H, 1.0f, w->grad,
+                4 * H);
+      if (T > 1)
+        psm_gemm (TRUE, FALSE, H, 4 * H, (T - 1) * B, 1.0f, hprev, H, dgo, 4 * H, 1.0f, w->grad, 4 * H);
+    }
   }
   free (dG);
   free (carry_h);

@@ -440,6 +440,38 @@ psm_dropout_linear_backward (PsmNode *n)
   }
 }
 
+/* ---- y = x W + b in bfloat16 (train.precision bf16) ----
+ * x W on x rounded and W packed rounded once an update; the backward's dx
+ * = dy W^T on W^T packed the same way (in the forward, while W is known
+ * constant) and dW += x^T dy on both rounded for the call; every sum in
+ * single precision, on AMX tiles where the CPU has them (ops/bf16.c). A
+ * locked dropout's zeros are products like any other here: on AMX the
+ * dense product costs less than the kept units' gathers and packings. */
+static gboolean
+linear_bf16 (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b, PsmTensor *y)
+{
+  int R = psm_tensor_rows (x), K = psm_tensor_cols (x), N = w->shape[1];
+  const void *wp = psm_graph_bf16_train_weight (g, w->data, K, N, FALSE);
+  if (!wp)
+    return FALSE;
+  psm_gemm_bf16 (R, N, K, x->data, K, wp, b ? b->data : NULL, FALSE, y->data, N);
+  PsmTensor *in[3] = { x, w, b };
+  PsmNode *nd = psm_graph_record (g, PSM_OP_LINEAR_BF16, y, 3, in);
+  if (nd && x->grad)
+    nd->saved = (void *) psm_graph_bf16_train_weight (g, w->data, N, K, TRUE);
+  return TRUE;
+}
+
+void
+psm_linear_bf16_backward (PsmNode *n)
+{
+  PsmTensor *x = n->in[0], *w = n->in[1], *b = n->in[2], *y = n->out;
+  int R = psm_tensor_rows (x), K = psm_tensor_cols (x), N = w->shape[1];
+  psm_linear_bf16_grads (R, K, N, x->data, y->grad, n->saved, x->grad, w->grad);
+  if (b && b->grad)
+    psm_colsum_add (R, N, y->grad, b->grad);
+}
+
 PsmTensor *
 psm_linear (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b)
 {
@@ -457,6 +489,8 @@ psm_linear (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b)
   const int32_t *ids;
   PsmTensor *table = R > PSM_PACKED_MAX_ROWS ? psm_graph_lookup_of (g, x->data, R, &ids) : NULL;
   if (table && psm_tensor_cols (table) == K && embedding_linear (g, x, table, ids, w, b, y))
+    return y;
+  if ((x->grad || w->grad) && psm_graph_bf16_train (g) && linear_bf16 (g, x, w, b, y))
     return y;
   size_t period;
   const float *dm = R > PSM_PACKED_MAX_ROWS ? psm_graph_dropout_of (g, x->data, x->n, &period) : NULL;
