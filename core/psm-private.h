@@ -257,10 +257,15 @@ void psm_gemm_bf16 (int M, int N, int K, const float *A, int lda, const void *wp
  * B packed for the call: train.precision's backward products (dW = x^T dy
  * among them). */
 void psm_bf16_pack_op (int K, int n, const float *w, int ldw, gboolean tb, void *out);
-/* The backward of y = x W (x [R, K], W [K, N]) in bfloat16: dx += dy W^T
- * on W^T packed (wtp: psm_bf16_pack_op of W^T) and dW += x^T dy, dy
- * rounded once for both (dx or dw NULL: not that one). */
-void psm_linear_bf16_grads (int R, int K, int N, const float *x, const float *dy, const void *wtp, float *dx, float *dw);
+/* The backward of y = x W + b (x [R, K], W [K, N]) in bfloat16: dx += dy
+ * W^T on W^T packed (wtp: psm_bf16_pack_op of W^T), dW += x^T dy and db
+ * += the column sums of dy (single precision), dy read once for all three
+ * on AMX (dx, dw or db NULL: not that one). */
+size_t psm_bf16_tiles_bytes (int M, int K);
+void psm_bf16_tiles_rows (int M, int K, const float *A, int lda, void *tiles, int i0, int i1);
+void psm_gemm_bf16_tiles (int M, int N, int K, const void *tiles, const void *wp, float *C, int ldc, int part, int parts);
+void psm_linear_bf16_grads (int R, int K, int N, const float *x, const float *dy, const void *wtp, float *dx, float *dw,
+                            float *db);
 void psm_gemm_bf16_op (gboolean ta, gboolean tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
                        gboolean acc, float *C, int ldc);
 void psm_graph_stale_packed (PsmGraph *g);

@@ -721,8 +721,11 @@ psm_train (PsmModel *m, PsmTrainOptions *opt, GError **error)
     goto out;
   }
   if (!opt->quiet)
-    printf ("training %s: %ld steps of %d examples, %zu parameters, run folder %s\n",
-            psm_pipeline_file (t->pl), t->steps, t->B, psm_params_size (t->params), t->dir);
+    printf ("training %s: %ld steps of %d examples, %zu parameters, run folder %s%s\n",
+            psm_pipeline_file (t->pl), t->steps, t->B, psm_params_size (t->params), t->dir,
+            !psm_graph_bf16_train (psm_model_graph (m)) ? ""
+            : psm_amx_usable () ? " (train.precision bf16: products on AMX tiles)"
+                                : " (train.precision bf16: rounded operands on the single-precision kernel, no AMX here)");
   char *hosts = psm_dist_hosts ();   /* collective: every rank */
   if (hosts && !opt->quiet)
     printf ("%s\n", hosts);

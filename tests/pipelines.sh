@@ -38,6 +38,20 @@ while read -r name sets; do
     status=1
   fi
 done < "$ablations"
+# Mixed-precision training (train.precision bf16: psm_linear and
+# psm_lstm_seq in bfloat16 both ways) on an LSTM LM and on See's model:
+# --check's few steps must train (loss finite and falling) that way too.
+for cfg in ptb_lstm_small ptb_sentinel_small cnndm_coverage_small; do
+  n=$((n + 1))
+  if out=$("$run" --check "$top_srcdir/pipelines/$cfg.cfg" --set 'train.precision="bf16"' 2>&1) &&
+    echo "$out" | grep -q '^check: OK$'; then
+    echo "ok $n - $cfg.cfg with train.precision bf16"
+  else
+    echo "not ok $n - $cfg.cfg with train.precision bf16"
+    echo "$out" | sed 's/^/    /'
+    status=1
+  fi
+done
 [ "$n" -gt 0 ] || { echo "no pipelines found in $top_srcdir/pipelines"; exit 1; }
 echo "Checks: $n pipelines, Failures: $status"
 exit $status

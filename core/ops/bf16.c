@@ -238,16 +238,12 @@ typedef struct {
  * over k in chunks, C stored and reloaded between them, ran slower: 1,000
  * against 1,500 GFLOP/s on two cores of the Intel host of BENCHMARKS.md.) */
 AMX_TARGET static void
-amx_run (int M, int N, int Kp, const uint16_t *a, const uint16_t *wp, const float *bias, gboolean acc, float *C, int ldc)
+amx_panels (int M, int N, int Kp, const uint16_t *a, const uint16_t *wp, const float *bias, gboolean acc, float *C,
+            int ldc, int p0, int p1)
 {
-  int Kb = Kp / TK, Mp = (M + 15) / 16 * 16, panels = (N + PN - 1) / PN;
+  int Kb = Kp / TK, Mp = (M + 15) / 16 * 16;
   int group = MAX (32, (1024 * 1024 / (Kp * (int) sizeof (uint16_t))) / 32 * 32);
-  /* the threads as psm_gemm_packed has them: 4 panels each at least */
-  int nt = omp_in_parallel () ? 1 : MAX (1, MIN (omp_get_max_threads (), panels / 4));
-#pragma omp parallel num_threads (nt)
   {
-    int id = omp_get_thread_num (), team = omp_get_num_threads ();
-    int p0 = panels * id / team, p1 = panels * (id + 1) / team;
     TileCfg cfg;
     memset (&cfg, 0, sizeof cfg);
     cfg.palette = 1;
@@ -328,6 +324,20 @@ amx_run (int M, int N, int Kp, const uint16_t *a, const uint16_t *wp, const floa
       }
     }
     _tile_release ();
+  }
+}
+
+/* The column panels over the threads as psm_gemm_packed has them: 4 each
+ * at least; inside a parallel region all on the calling thread. */
+static void
+amx_run (int M, int N, int Kp, const uint16_t *a, const uint16_t *wp, const float *bias, gboolean acc, float *C, int ldc)
+{
+  int panels = (N + PN - 1) / PN;
+  int nt = omp_in_parallel () ? 1 : MAX (1, MIN (omp_get_max_threads (), panels / 4));
+#pragma omp parallel num_threads (nt)
+  {
+    int id = omp_get_thread_num (), team = omp_get_num_threads ();
+    amx_panels (M, N, Kp, a, wp, bias, acc, C, ldc, panels * id / team, panels * (id + 1) / team);
   }
 }
 #endif
@@ -446,16 +456,61 @@ amx_pairs_from_tiles (const uint16_t *dyt, int Rb2, int Nb, uint16_t *o)
 }
 #endif
 
+#ifdef PSM_AMX_CODE
+/* dy [R, N] rounded into its tiles (as bf16_tiles_op, Mp rows) and, when
+ * db is not NULL, its column sums added to db, in one pass: the threads
+ * take bands of whole tiles of columns, each its band's rows in order
+ * (the sums the same whatever the split). */
+static void
+dy_tiles_colsum (int R, int N, const float *dy, uint16_t *dyt, int Nb, int Mp, float *db)
+{
+#pragma omp parallel if ((long) R * N >= (1L << 16) && !omp_in_parallel ())
+  {
+    int id = omp_get_thread_num (), team = omp_get_num_threads ();
+    int nb0 = Nb * id / team, nb1 = Nb * (id + 1) / team;
+    int c0 = nb0 * TK, c1 = MIN (N, nb1 * TK);
+    float *acc = db && c1 > c0 ? g_new0 (float, c1 - c0) : NULL;
+    for (int i = 0; i < Mp; i++) {
+      const float *x = dy + (size_t) i * N;
+      for (int nb = nb0; nb < nb1; nb++) {
+        uint16_t *o = dyt + ((size_t) (i / 16) * Nb + nb) * TILE + (i % 16) * TK;
+        int k0 = nb * TK, nk = i < R ? MIN (TK, N - k0) : 0;
+        if (nk == TK) {
+#pragma omp simd
+          for (int kk = 0; kk < TK; kk++)
+            o[kk] = bf16_bits (x[k0 + kk]);
+          if (acc) {
+            float *a = acc + (k0 - c0);
+#pragma omp simd
+            for (int kk = 0; kk < TK; kk++)
+              a[kk] += x[k0 + kk];
+          }
+        } else {
+          for (int kk = 0; kk < TK; kk++)
+            o[kk] = kk < nk ? bf16_bits (x[k0 + kk]) : 0;
+          for (int kk = 0; acc && kk < nk; kk++)
+            acc[k0 - c0 + kk] += x[k0 + kk];
+        }
+      }
+    }
+    for (int j = c0; acc && j < c1; j++)
+      db[j] += acc[j - c0];
+    g_free (acc);
+  }
+}
+#endif
+
 void
-psm_linear_bf16_grads (int R, int K, int N, const float *x, const float *dy, const void *wtp, float *dx, float *dw)
+psm_linear_bf16_grads (int R, int K, int N, const float *x, const float *dy, const void *wtp, float *dx, float *dw,
+                       float *db)
 {
   if (R <= 0 || K <= 0 || N <= 0)
     return;
 #ifdef PSM_AMX_CODE
-  if (psm_amx_usable ()) {
+  if (psm_amx_usable () && (dx || dw)) {
     int Nb = (N + TK - 1) / TK, Rb2 = (R + TK - 1) / TK;   /* dy's tiles: 2 Rb2 blocks of 16 rows */
     uint16_t *dyt = scratch_get (&scratch_rows, (size_t) 2 * Rb2 * Nb * TILE * sizeof (uint16_t), "bf16 rows");
-    bf16_tiles_op (FALSE, R, N, dy, N, dyt, Nb, 2 * Rb2 * 16);
+    dy_tiles_colsum (R, N, dy, dyt, Nb, 2 * Rb2 * 16, db);
     if (dx)   /* dx += dy W^T */
       amx_run (R, K, Nb * TK, dyt, wtp, NULL, TRUE, dx, K);
     if (dw) {   /* dW += x^T dy */
@@ -476,4 +531,41 @@ psm_linear_bf16_grads (int R, int K, int N, const float *x, const float *dy, con
     psm_gemm_bf16 (R, K, N, dy, N, wtp, NULL, TRUE, dx, K);
   if (dw)
     psm_gemm_bf16_op (TRUE, FALSE, K, N, R, x, K, dy, N, TRUE, dw, N);
+  if (db)
+    psm_colsum_add (R, N, dy, db);
+}
+
+/* A recurrence's product split by columns (lstm.c): op(A) = A [M, K]
+ * rounded once a step into shared tiles, rows [i0, i1) by each thread
+ * (i0 a multiple of 16; the rows past M of the last block zero), then
+ * C = A W for the calling thread's share of W's column panels (part of
+ * parts). AMX only (psm_amx_usable). */
+size_t
+psm_bf16_tiles_bytes (int M, int K)
+{
+  return (size_t) (M + 15) / 16 * 16 * ((K + TK - 1) / TK * TK) * sizeof (uint16_t);
+}
+
+void
+psm_bf16_tiles_rows (int M, int K, const float *A, int lda, void *tiles, int i0, int i1)
+{
+  int Kb = (K + TK - 1) / TK, end = i1 >= M ? (M + 15) / 16 * 16 : i1;
+  if (i1 <= i0 || end <= i0)
+    return;
+  g_return_if_fail (i0 % 16 == 0 && end % 16 == 0);
+  bf16_tiles_op (FALSE, MAX (0, MIN (M, i1) - i0), K, A + (size_t) i0 * lda, lda,
+                 (uint16_t *) tiles + (size_t) (i0 / 16) * Kb * TILE, Kb, end - i0);
+}
+
+void
+psm_gemm_bf16_tiles (int M, int N, int K, const void *tiles, const void *wp, float *C, int ldc, int part, int parts)
+{
+#ifdef PSM_AMX_CODE
+  int panels = (N + PN - 1) / PN;
+  if (M > 0 && N > 0 && K > 0)
+    amx_panels (M, N, (K + TK - 1) / TK * TK, tiles, wp, NULL, FALSE, C, ldc, panels * part / parts,
+                panels * (part + 1) / parts);
+#else
+  g_return_if_reached ();
+#endif
 }

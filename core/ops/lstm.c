@@ -192,6 +192,41 @@ typedef struct {
   const void *wbt;        /* train.precision bf16: W^T packed for psm_gemm_bf16, or NULL */
 } LstmSeqSaved;
 
+/* Row b of step t (cs slot ct; hp, cp the previous state [B, H]) from its
+ * h W in gr (xp added here), or carried unchanged when gr is NULL (a
+ * masked row). */
+static inline void
+seq_row_forward (int T, int B, int H, int t, int ct, int b, const float *hp, const float *cp, float *gr,
+                 const float *xp, int ldx, float *hs, float *cs, float *sv, gboolean keep, const float *zh,
+                 const float *zc)
+{
+  size_t row = (size_t) t * B + b;
+  float *ho = hs + row * H, *co = cs + ((size_t) ct * B + b) * H, *s = keep ? sv + row * 5 * H : NULL;
+  if (!gr) {
+    memcpy (ho, hp + (size_t) b * H, H * sizeof (float));
+    memcpy (co, cp + (size_t) b * H, H * sizeof (float));
+    if (keep)
+      memset (s, 0, 5 * H * sizeof (float));
+    return;
+  }
+  const float *x = xp + row * ldx;
+#pragma omp simd
+  for (int j = 0; j < 4 * H; j++)
+    gr[j] += x[j];
+  if (keep)
+    lstm_row_forward (H, gr, cp + (size_t) b * H, s, ho, co);
+  else
+    lstm_row_forward_nosave (H, gr, cp + (size_t) b * H, ho, co);
+  if (zh) {   /* zoneout: d of the units keep their previous value */
+    const float *dh = zh + row * H, *dc = zc + row * H, *hpr = hp + (size_t) b * H, *cpr = cp + (size_t) b * H;
+#pragma omp simd
+    for (int j = 0; j < H; j++) {
+      ho[j] = dh[j] * hpr[j] + (1.0f - dh[j]) * ho[j];
+      co[j] = dc[j] * cpr[j] + (1.0f - dc[j]) * co[j];
+    }
+  }
+}
+
 /* Rows [b0, b1) over the whole sequence. G: scratch [b1 - b0, ldg]; hc
  * scratch [b1 - b0, H]. wp: packed W, or NULL for one psm_gemm per step.
  * keep: cs and sv hold every step [T, B, .] for the backward pass;
@@ -215,33 +250,65 @@ lstm_seq_forward_rows (int T, int B, int H, int b0, int b1, gboolean rev, const 
     else if (n)
       psm_gemm (FALSE, FALSE, n, 4 * H, H, 1.0f, hin, H, w, 4 * H, 0.0f, G, ldg);
     for (int b = b0, r = 0; b < b1; b++) {
-      size_t row = (size_t) t * B + b;
-      float *ho = hs + row * H, *co = cs + ((size_t) ct * B + b) * H, *s = keep ? sv + row * 5 * H : NULL;
-      if (mask && mask[row] == 0.0f) {
-        memcpy (ho, hp + (size_t) b * H, H * sizeof (float));
-        memcpy (co, cp + (size_t) b * H, H * sizeof (float));
-        if (keep)
-          memset (s, 0, 5 * H * sizeof (float));
-        continue;
-      }
-      float *gr = G + (size_t) r++ * ldg;
-      const float *x = xp + row * ldx;
-#pragma omp simd
-      for (int j = 0; j < 4 * H; j++)
-        gr[j] += x[j];
-      if (keep)
-        lstm_row_forward (H, gr, cp + (size_t) b * H, s, ho, co);
-      else
-        lstm_row_forward_nosave (H, gr, cp + (size_t) b * H, ho, co);
-      if (zh) {   /* zoneout: d of the units keep their previous value */
-        const float *dh = zh + row * H, *dc = zc + row * H, *hpr = hp + (size_t) b * H, *cpr = cp + (size_t) b * H;
-#pragma omp simd
-        for (int j = 0; j < H; j++) {
-          ho[j] = dh[j] * hpr[j] + (1.0f - dh[j]) * ho[j];
-          co[j] = dc[j] * cpr[j] + (1.0f - dc[j]) * co[j];
-        }
-      }
+      gboolean real = !mask || mask[(size_t) t * B + b] != 0.0f;
+      seq_row_forward (T, B, H, t, ct, b, hp, cp, real ? G + (size_t) r++ * ldg : NULL, xp, ldx, hs, cs, sv, keep, zh, zc);
     }
+  }
+}
+
+/* Row b of step t backward: dh of the row gets its output's gradient,
+ * then dG's row (0 for a masked row, whose gradients pass through), dc
+ * and dh carried to the previous step, dxp's row added to. */
+static inline void
+seq_row_backward (int B, int H, int t, int b, const float *dhs, const float *cprev, const float *sv,
+                  const float *mask, float *dGt, float *dxp, int ldx, float *carry_h, float *carry_c, const float *zh,
+                  const float *zc)
+{
+  size_t row = (size_t) t * B + b;
+  float *dh = carry_h + (size_t) b * H, *dc = carry_c + (size_t) b * H, *gr = dGt + (size_t) b * 4 * H;
+  const float *dout = dhs + row * H;
+#pragma omp simd
+  for (int j = 0; j < H; j++)
+    dh[j] += dout[j];
+  if (mask && mask[row] == 0.0f) {   /* (h, c) carried: the gradients pass through */
+    memset (gr, 0, 4 * H * sizeof (float));
+    return;
+  }
+  const float *s = sv + row * 5 * H, *cp = cprev + (size_t) b * H;
+  if (zh) {
+    /* zoneout: h = d_h h_prev + (1 - d_h) h~, c likewise; the kept
+     * part of the gradient goes straight to the previous state */
+    const float *zhr = zh + row * H, *zcr = zc + row * H;
+#pragma omp simd
+    for (int j = 0; j < H; j++) {
+      float i_ = s[j], f = s[H + j], gg = s[2 * H + j], o = s[3 * H + j], tc = s[4 * H + j];
+      float dhn = (1.0f - zhr[j]) * dh[j];
+      float dct = (1.0f - zcr[j]) * dc[j] + dhn * o * (1.0f - tc * tc);
+      gr[j] = dct * gg * i_ * (1.0f - i_);
+      gr[H + j] = dct * cp[j] * f * (1.0f - f);
+      gr[2 * H + j] = dct * i_ * (1.0f - gg * gg);
+      gr[3 * H + j] = dhn * tc * o * (1.0f - o);
+      dc[j] = dct * f + zcr[j] * dc[j];
+      dh[j] = zhr[j] * dh[j];
+    }
+  } else {
+#pragma omp simd
+    for (int j = 0; j < H; j++) {
+      float i_ = s[j], f = s[H + j], gg = s[2 * H + j], o = s[3 * H + j], tc = s[4 * H + j];
+      float dct = dc[j] + dh[j] * o * (1.0f - tc * tc);
+      gr[j] = dct * gg * i_ * (1.0f - i_);
+      gr[H + j] = dct * cp[j] * f * (1.0f - f);
+      gr[2 * H + j] = dct * i_ * (1.0f - gg * gg);
+      gr[3 * H + j] = dh[j] * tc * o * (1.0f - o);
+      dc[j] = dct * f;
+      dh[j] = 0.0f;
+    }
+  }
+  if (dxp) {
+    float *dx = dxp + row * ldx;
+#pragma omp simd
+    for (int j = 0; j < 4 * H; j++)
+      dx[j] += gr[j];
   }
 }
 
@@ -260,54 +327,8 @@ lstm_seq_backward_rows (int T, int B, int H, int b0, int b1, gboolean rev, const
     int t = rev ? T - 1 - k : k, tp = rev ? t + 1 : t - 1;
     const float *cprev = k ? cs + (size_t) tp * B * H : c0;
     float *dGt = dG + (size_t) t * B * 4 * H;
-    for (int b = b0; b < b1; b++) {
-      size_t row = (size_t) t * B + b;
-      float *dh = carry_h + (size_t) b * H, *dc = carry_c + (size_t) b * H, *gr = dGt + (size_t) b * 4 * H;
-      const float *dout = dhs + row * H;
-#pragma omp simd
-      for (int j = 0; j < H; j++)
-        dh[j] += dout[j];
-      if (mask && mask[row] == 0.0f) {   /* (h, c) carried: the gradients pass through */
-        memset (gr, 0, 4 * H * sizeof (float));
-        continue;
-      }
-      const float *s = sv + row * 5 * H, *cp = cprev + (size_t) b * H;
-      if (zh) {
-        /* zoneout: h = d_h h_prev + (1 - d_h) h~, c likewise; the kept
-         * part of the gradient goes straight to the previous state */
-        const float *zhr = zh + row * H, *zcr = zc + row * H;
-#pragma omp simd
-        for (int j = 0; j < H; j++) {
-          float i_ = s[j], f = s[H + j], gg = s[2 * H + j], o = s[3 * H + j], tc = s[4 * H + j];
-          float dhn = (1.0f - zhr[j]) * dh[j];
-          float dct = (1.0f - zcr[j]) * dc[j] + dhn * o * (1.0f - tc * tc);
-          gr[j] = dct * gg * i_ * (1.0f - i_);
-          gr[H + j] = dct * cp[j] * f * (1.0f - f);
-          gr[2 * H + j] = dct * i_ * (1.0f - gg * gg);
-          gr[3 * H + j] = dhn * tc * o * (1.0f - o);
-          dc[j] = dct * f + zcr[j] * dc[j];
-          dh[j] = zhr[j] * dh[j];
-        }
-      } else {
-#pragma omp simd
-        for (int j = 0; j < H; j++) {
-          float i_ = s[j], f = s[H + j], gg = s[2 * H + j], o = s[3 * H + j], tc = s[4 * H + j];
-          float dct = dc[j] + dh[j] * o * (1.0f - tc * tc);
-          gr[j] = dct * gg * i_ * (1.0f - i_);
-          gr[H + j] = dct * cp[j] * f * (1.0f - f);
-          gr[2 * H + j] = dct * i_ * (1.0f - gg * gg);
-          gr[3 * H + j] = dh[j] * tc * o * (1.0f - o);
-          dc[j] = dct * f;
-          dh[j] = 0.0f;
-        }
-      }
-      if (dxp) {
-        float *dx = dxp + row * ldx;
-#pragma omp simd
-        for (int j = 0; j < 4 * H; j++)
-          dx[j] += gr[j];
-      }
-    }
+    for (int b = b0; b < b1; b++)
+      seq_row_backward (B, H, t, b, dhs, cprev, sv, mask, dGt, dxp, ldx, carry_h, carry_c, zh, zc);
     /* dh_prev += dG W^T for the rows that were not carried (carried rows
      * have dG = 0: they are left out) */
     const float *din;
@@ -320,6 +341,81 @@ lstm_seq_backward_rows (int T, int B, int H, int b0, int b1, gboolean rev, const
       psm_gemm (FALSE, TRUE, n, H, 4 * H, 1.0f, din, 4 * H, w, 4 * H, 0.0f, C, ldc);
     psm_pack_real_rows_add (mask, t, B, b0, b1, C, ldc, H, carry_h);
   }
+}
+
+/* train.precision bf16 on AMX: the step's product split by W's column
+ * panels over the threads instead of by rows (each thread then reads its
+ * part of W every step, 1.7 MB of the 2 x 650 LM's 3.4, and runs all the
+ * rows through four tiles of sums instead of half of them through two),
+ * the rows' elementwise work in blocks of 16 rows; h (dG backward)
+ * rounded once a step into shared tiles by the rows' threads. Two
+ * barriers a step. The same products and sums as the rows' path. */
+static void
+lstm_seq_forward_cols (int T, int B, int H, gboolean rev, const float *xp, int ldx, const float *h0, const float *c0,
+                       const void *wb, const float *mask, float *hs, float *cs, float *sv, const float *zh,
+                       const float *zc)
+{
+  int nb = (B + 15) / 16;
+  float *G = psm_xaligned ((size_t) B * 4 * H * sizeof (float), "LSTM scratch");
+  void *at = psm_xaligned (psm_bf16_tiles_bytes (B, H), "LSTM scratch");
+#pragma omp parallel
+  {
+    int id = omp_get_thread_num (), team = omp_get_num_threads ();
+    int r0 = MIN (B, nb * id / team * 16), r1 = MIN (B, nb * (id + 1) / team * 16);
+    psm_bf16_tiles_rows (B, H, h0, H, at, r0, r1);
+    for (int k = 0; k < T; k++) {
+      int t = rev ? T - 1 - k : k, tp = rev ? t + 1 : t - 1;
+      const float *hp = k ? hs + (size_t) tp * B * H : h0, *cp = k ? cs + (size_t) tp * B * H : c0;
+#pragma omp barrier
+      psm_gemm_bf16_tiles (B, 4 * H, H, at, wb, G, 4 * H, id, team);
+#pragma omp barrier
+      for (int b = r0; b < r1; b++) {
+        gboolean real = !mask || mask[(size_t) t * B + b] != 0.0f;
+        seq_row_forward (T, B, H, t, t, b, hp, cp, real ? G + (size_t) b * 4 * H : NULL, xp, ldx, hs, cs, sv, TRUE, zh,
+                         zc);
+      }
+      psm_bf16_tiles_rows (B, H, hs + (size_t) t * B * H, H, at, r0, r1);
+    }
+  }
+  free (at);
+  free (G);
+}
+
+static void
+lstm_seq_backward_cols (int T, int B, int H, gboolean rev, const float *dhs, const float *c0, const float *cs,
+                        const float *sv, const float *mask, const void *wbt, float *dG, float *dxp, int ldx,
+                        float *carry_h, float *carry_c, const float *zh, const float *zc)
+{
+  int nb = (B + 15) / 16;
+  float *C = psm_xaligned ((size_t) B * H * sizeof (float), "LSTM scratch");
+  void *gt = psm_xaligned (psm_bf16_tiles_bytes (B, 4 * H), "LSTM scratch");
+#pragma omp parallel
+  {
+    int id = omp_get_thread_num (), team = omp_get_num_threads ();
+    int r0 = MIN (B, nb * id / team * 16), r1 = MIN (B, nb * (id + 1) / team * 16);
+    for (int k = T - 1; k >= 0; k--) {
+      int t = rev ? T - 1 - k : k, tp = rev ? t + 1 : t - 1;
+      const float *cprev = k ? cs + (size_t) tp * B * H : c0;
+      float *dGt = dG + (size_t) t * B * 4 * H;
+      for (int b = r0; b < r1; b++)
+        seq_row_backward (B, H, t, b, dhs, cprev, sv, mask, dGt, dxp, ldx, carry_h, carry_c, zh, zc);
+      psm_bf16_tiles_rows (B, 4 * H, dGt, 4 * H, gt, r0, r1);
+#pragma omp barrier
+      psm_gemm_bf16_tiles (B, H, 4 * H, gt, wbt, C, H, id, team);   /* dh_prev = dG W^T */
+#pragma omp barrier
+      for (int b = r0; b < r1; b++) {
+        if (mask && mask[(size_t) t * B + b] == 0.0f)
+          continue;   /* carried: its dG is 0 */
+        float *d = carry_h + (size_t) b * H;
+        const float *c = C + (size_t) b * H;
+#pragma omp simd
+        for (int j = 0; j < H; j++)
+          d[j] += c[j];
+      }
+    }
+  }
+  free (gt);
+  free (C);
 }
 
 PsmTensor *
@@ -359,7 +455,10 @@ psm_lstm_seq_zoneout (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTe
    * one): h W on bfloat16 operands (psm_gemm_bf16), in every build */
   const void *wb = keep ? psm_graph_bf16_train_weight (g, w->data, H, 4 * H, FALSE)
                         : psm_graph_bf16_weight (g, w->data, H, 4 * H, keep);
-  if (PSM_PACK_FAST) {
+  if (wb && keep && psm_amx_usable () && !omp_in_parallel ()) {
+    lstm_seq_forward_cols (T, B, H, reverse, xp->data + col0, ldx, h0->data, c0->data, wb, mask, out->data, cs, sv, zh,
+                           zc);
+  } else if (PSM_PACK_FAST) {
     /* a parameter's packed copy is the graph's (kept over a decoding's
      * batches); another W is packed here */
     const float *wc = wb ? NULL : psm_graph_packed_param (g, w, H, 4 * H, FALSE);
@@ -421,7 +520,10 @@ psm_lstm_seq_backward (PsmNode *n)
   float *carry_c = psm_xmalloc (BH * sizeof (float), "LSTM gradients");
   memcpy (carry_c, out->grad + (size_t) T * BH, BH * sizeof (float));
   int ldc = PSM_PACK_FAST ? psm_pack_panels (H) * PSM_PACK_NR : H;
-  if (PSM_PACK_FAST) {
+  if (s->wbt && psm_amx_usable () && !omp_in_parallel ()) {
+    lstm_seq_backward_cols (T, B, H, rev, out->grad, c0->data, s->cs, s->sv, s->mask, s->wbt, dG, dxp, ldx, carry_h,
+                            carry_c, s->zh, s->zc);
+  } else if (PSM_PACK_FAST) {
     float *own = s->wpt || s->wbt ? NULL : psm_xaligned (psm_packed_floats (4 * H, H) * sizeof (float), "packed LSTM weights");
     const float *wpt = s->wpt ? s->wpt : own;
 #pragma omp parallel num_threads (psm_pack_threads (B))

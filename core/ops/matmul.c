@@ -467,9 +467,7 @@ psm_linear_bf16_backward (PsmNode *n)
 {
   PsmTensor *x = n->in[0], *w = n->in[1], *b = n->in[2], *y = n->out;
   int R = psm_tensor_rows (x), K = psm_tensor_cols (x), N = w->shape[1];
-  psm_linear_bf16_grads (R, K, N, x->data, y->grad, n->saved, x->grad, w->grad);
-  if (b && b->grad)
-    psm_colsum_add (R, N, y->grad, b->grad);
+  psm_linear_bf16_grads (R, K, N, x->data, y->grad, n->saved, x->grad, w->grad, b ? b->grad : NULL);
 }
 
 PsmTensor *
