@@ -137,9 +137,10 @@ main (int argc, char **argv)
   const char *run_dir = !train && !vocab && argc > 4 ? argv[4] : NULL;
   int B = argc > 3 ? atoi (argv[3]) : 16, T = argc > 4 ? atoi (argv[4]) : 400, TY = argc > 5 ? atoi (argv[5]) : 100;
   char *dir_set = g_strdup_printf ("run.dir=\"%s\"", run_dir ? run_dir : "/nonexistent/bench-see");
+  /* BENCH_SEE_SET: one more assignment (e.g. train.precision="bf16") */
   const char *sets[] = { "task.vocab=20000", "model.decoder.coverage=true", "model.head.cov_loss_wt=1.0",
                          "decode.min_len=100", "decode.max_len=100", "decode.beam=4", "eval.batch=16",
-                         dir_set, NULL };
+                         dir_set, g_getenv ("BENCH_SEE_SET"), NULL };
   GError *e = NULL;
   const char *cfg = g_getenv ("BENCH_SEE_CFG") ? g_getenv ("BENCH_SEE_CFG") : "pipelines/cnndm_coverage.cfg";
   PsmPipeline *pl = psm_pipeline_load (cfg, sets, &e);

@@ -67,11 +67,17 @@ report () {
     's/^training: psm \/ PyTorch target tokens\/s = \([0-9.]*\).*/\1/p' "$s" 4 ge "x"
   checkm 6 "  the same, PyTorch with autocast bf16" \
     's/^training: psm \/ PyTorch with autocast bf16 target tokens\/s = \([0-9.]*\)$/\1/p' "$s" 4 ge "x"
+  checkm 6 "  psm train.precision bf16, against PyTorch fp32" \
+    's/^training, train.precision bf16: psm \/ PyTorch target tokens\/s = \([0-9.]*\);.*/\1/p' "$s" 4 ge "x"
+  checkm 6 "  psm train.precision bf16, against autocast bf16" \
+    's/^training, train.precision bf16: .*; psm \/ PyTorch with autocast bf16 = \([0-9.]*\)$/\1/p' "$s" 4 ge "x"
   checkm 6 "training >= 50 % of sgemm 2048^3 (FLOPs executed)" \
     's/^psm train: .* GFLOP\/s = \([0-9.]*\) % of sgemm.*/\1/p' "$s" 50 ge " %"
   checkm 6 "  the same, the model's FLOPs (every word projected)" \
     's/^psm train: .*(every source word projected): \([0-9.]*\) %.*/\1/p' "$s" 50 ge " %"
   bestshare 6 "$s" 's/^psm train: .* a step, \([0-9.]*\) GFLOP\/s = .*/\1/p' 50
+  checkm 6 "  the same, psm train.precision bf16 (bf16 FLOPs)" \
+    's/^(train.precision bf16) psm train: .* GFLOP\/s = \([0-9.]*\) % of sgemm.*/\1/p' "$s" 50 ge " %"
   checkm 6 "beam-4 decoding >= 5x PyTorch's articles/s" \
     's/^decoding: psm \/ PyTorch articles\/s = \([0-9.]*\).*/\1/p' "$s" 5 ge "x"
   for phase in train decode; do
@@ -86,11 +92,17 @@ report () {
     's/^training: psm \/ PyTorch words\/s = \([0-9.]*\);.*/\1/p' "$l" 2.5 ge "x"
   checkm 7 "  the same, PyTorch with autocast bf16" \
     's/^training: psm \/ PyTorch with autocast bf16 words\/s = \([0-9.]*\)$/\1/p' "$l" 2.5 ge "x"
+  checkm 7 "  psm train.precision bf16, against PyTorch fp32" \
+    's/^training, train.precision bf16: psm \/ PyTorch words\/s = \([0-9.]*\);.*/\1/p' "$l" 2.5 ge "x"
+  checkm 7 "  psm train.precision bf16, against autocast bf16" \
+    's/^training, train.precision bf16: .*; psm \/ PyTorch with autocast bf16 = \([0-9.]*\)$/\1/p' "$l" 2.5 ge "x"
   # the softmax model's (the line after its words/s line; those of the
   # zoneout and sentinel runs start with a bracket)
   checkm 7 "training >= 60 % of sgemm 2048^3 (FLOPs executed)" \
     '/^psm train pipelines/{n; s/^psm train: [0-9.]* GEMM GFLOP\/s = \([0-9.]*\) %.*/\1/p;}' "$l" 60 ge " %"
   bestshare 7 "$l" '/^psm train pipelines/{n; s/^psm train: \([0-9.]*\) GEMM GFLOP\/s = .*/\1/p;}' 60
+  checkm 7 "  the same, psm train.precision bf16 (bf16 FLOPs)" \
+    's/^(train.precision bf16) psm train: [0-9.]* GEMM GFLOP\/s = \([0-9.]*\) %.*/\1/p' "$l" 60 ge " %"
   # logs from before bench-lm pair: two separate runs minutes apart
   how="separate runs"
   grep -q '^training: .*over the softmax (paired)' "$l" 2>/dev/null && how="paired updates"

@@ -57,9 +57,13 @@ pz=$("$top/bench/bench-lm" train "$lsec")
 ps=$("$top/bench/bench-lm" pair $((lsec * 2)) model.encoder.zoneout=0)
 # PyTorch in mixed precision too (torch.autocast bfloat16: its linear
 # products in bf16 through oneDNN, on AMX where there is one): its best
-# runtime on such a CPU, which psm, single precision only, is also set against
+# runtime on such a CPU, which psm is also set against
 ta=$(TORCH_AUTOCAST=bf16 LD_PRELOAD="$JEMALLOC" /usr/bin/python3 "$top/bench/lm_torch.py" train "$lsec" "$data/ptb.train.txt")
+# and psm in mixed precision (train.precision bf16: its linear products and
+# LSTM recurrences in bf16 both ways, on AMX where there is one)
+pb=$("$top/bench/bench-lm" train "$lsec" model.encoder.zoneout=0 train.precision=bf16)
 echo "$t"; echo "(autocast bf16) $ta"; echo "$p"; echo "(with zoneout 0.5) $pz"; echo "(pointer sentinel, L = 100) $ps"
+echo "$pb" | sed 's/^/(train.precision bf16) /'
 tw=$(echo "$t" | sed -n 's/.*ms\/step, \([0-9.]*\) words.*/\1/p')
 taw=$(echo "$ta" | sed -n 's/.*ms\/step, \([0-9.]*\) words.*/\1/p')
 pw=$(echo "$p" | sed -n 's/.*ms\/step, \([0-9.]*\) words.*/\1/p')
@@ -67,6 +71,9 @@ sc=$(echo "$ps" | sed -n 's/.*sentinel head costs \(-*[0-9.]*\) % over the softm
 printf 'training: psm / PyTorch words/s = %.2f; sentinel head costs %.1f %% over the softmax (paired)\n' \
   "$(echo "$pw / $tw" | bc -l)" "$sc"
 printf 'training: psm / PyTorch with autocast bf16 words/s = %.2f\n' "$(echo "$pw / $taw" | bc -l)"
+pbw=$(echo "$pb" | sed -n 's/.*ms\/step, \([0-9.]*\) words.*/\1/p')
+printf 'training, train.precision bf16: psm / PyTorch words/s = %.2f; psm / PyTorch with autocast bf16 = %.2f\n' \
+  "$(echo "$pbw / $tw" | bc -l)" "$(echo "$pbw / $taw" | bc -l)"
 "$top/bench/bench-lm" eval eval.batch=32
 "$top/bench/bench-lm" eval eval.batch=64
 BENCH_LM_CFG=pipelines/ptb_sentinel.cfg "$top/bench/bench-lm" eval eval.batch=64
@@ -88,12 +95,17 @@ p=$(BENCH_SEE_ARTICLES="$arts" BENCH_PROFILE=1 "$top/bench/bench-see" train "$SE
 t=$(LD_PRELOAD="$JEMALLOC" /usr/bin/python3 "$top/bench/see_torch.py" train "$SECONDS_PER")
 # and in mixed precision (autocast bf16, as in section d)
 ta=$(TORCH_AUTOCAST=bf16 LD_PRELOAD="$JEMALLOC" /usr/bin/python3 "$top/bench/see_torch.py" train "$SECONDS_PER")
+pb=$(BENCH_SEE_SET='train.precision="bf16"' BENCH_SEE_ARTICLES="$arts" BENCH_PROFILE=1 "$top/bench/bench-see" train "$SECONDS_PER")
 echo "$p"; echo "$t"; echo "(autocast bf16) $ta"
+echo "$pb" | sed 's/^/(train.precision bf16) /'
 ptok=$(echo "$p" | sed -n 's/.*ms\/step, \([0-9.]*\) target.*/\1/p')
 ttok=$(echo "$t" | sed -n 's/.*ms\/step, \([0-9.]*\) target.*/\1/p')
 tatok=$(echo "$ta" | sed -n 's/.*ms\/step, \([0-9.]*\) target.*/\1/p')
 printf 'training: psm / PyTorch target tokens/s = %.2f\n' "$(echo "$ptok / $ttok" | bc -l)"
 printf 'training: psm / PyTorch with autocast bf16 target tokens/s = %.2f\n' "$(echo "$ptok / $tatok" | bc -l)"
+pbtok=$(echo "$pb" | sed -n 's/.*ms\/step, \([0-9.]*\) target.*/\1/p')
+printf 'training, train.precision bf16: psm / PyTorch target tokens/s = %.2f; psm / PyTorch with autocast bf16 = %.2f\n' \
+  "$(echo "$pbtok / $ttok" | bc -l)" "$(echo "$pbtok / $tatok" | bc -l)"
 # decoding as psm-run --mode decode on a run folder: the vocabulary saved there
 "$top/bench/bench-see" vocab "$rundir"
 p=$("$top/bench/bench-see" decode "$arts" "$N_DECODE" "$rundir")
