@@ -180,7 +180,31 @@ psm_bf16_pack (int K, int n, const float *w, void *out)
 /* op(A) (M x K: A[i][k], or A[k][i] with ta) rounded to bfloat16 in the
  * tiles' own order: [Mp / 16][Kb] tiles of 16 rows x 32 k, each a
  * contiguous kilobyte (rows of a long k a page or more apart had put the
- * 16 lines of a tile in a few sets of L1), zero-padded. */
+ * 16 lines of a tile in a few sets of L1), zero-padded. Only where the
+ * AMX tiles are (psm_amx_usable): a whole tile of A^T goes through
+ * AVX512-BF16 (amx_tile_t). */
+#ifdef PSM_AMX_CODE
+/* t = the tile of A^T at rows i0 (16 columns of A) and k0 (32 rows of A):
+ * rows 2j and 2j + 1 of A rounded and interleaved (the pairs of k of
+ * each column as 32-bit values), then those transposed by gathers. */
+AMX_TARGET static void
+amx_tile_t (const float *A, int lda, int k0, int i0, uint16_t *t)
+{
+  const __m512i ix = _mm512_set_epi16 (31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5,
+                                       20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  uint32_t pr[TN * TK / 2] __attribute__ ((aligned (64)));
+  for (int j = 0; j < TK / 2; j++) {
+    const float *r0 = A + (size_t) (k0 + 2 * j) * lda + i0;
+    __m512i v = (__m512i) _mm512_cvtne2ps_pbh (_mm512_loadu_ps (r0 + lda), _mm512_loadu_ps (r0));
+    _mm512_store_si512 (pr + j * TN, _mm512_permutexvar_epi16 (ix, v));
+  }
+  const __m512i col = _mm512_mullo_epi32 (_mm512_set_epi32 (15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                          _mm512_set1_epi32 (TN));
+  for (int ii = 0; ii < 16; ii++)
+    _mm512_storeu_si512 (t + ii * TK, _mm512_i32gather_epi32 (_mm512_add_epi32 (col, _mm512_set1_epi32 (ii)), pr, 4));
+}
+#endif
+
 static void
 bf16_tiles_op (gboolean ta, int M, int K, const float *A, int lda, uint16_t *a, int Kb, int Mp)
 {
@@ -190,6 +214,12 @@ bf16_tiles_op (gboolean ta, int M, int K, const float *A, int lda, uint16_t *a, 
     for (int kb = 0; kb < Kb; kb++) {
       uint16_t *t = a + ((size_t) (i0 / 16) * Kb + kb) * TILE;
       int k0 = kb * TK, nk = MIN (TK, K - k0);
+#ifdef PSM_AMX_CODE
+      if (ta && ni == 16 && nk == TK) {
+        amx_tile_t (A, lda, k0, i0, t);
+        continue;
+      }
+#endif
       if (ta) {
         for (int kk = 0; kk < nk; kk++) {
           const float *x = A + (size_t) (k0 + kk) * lda + i0;
