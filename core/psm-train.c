@@ -725,7 +725,8 @@ psm_train (PsmModel *m, PsmTrainOptions *opt, GError **error)
             psm_pipeline_file (t->pl), t->steps, t->B, psm_params_size (t->params), t->dir,
             !psm_graph_bf16_train (psm_model_graph (m)) ? ""
             : psm_amx_usable () ? " (train.precision bf16: products on AMX tiles)"
-                                : " (train.precision bf16: rounded operands on the single-precision kernel, no AMX here)");
+                                : " (train.precision bf16: no AMX here, rounded operands on the single-precision "
+                                  "kernel, slower than fp32)");
   char *hosts = psm_dist_hosts ();   /* collective: every rank */
   if (hosts && !opt->quiet)
     printf ("%s\n", hosts);
