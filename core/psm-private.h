@@ -227,13 +227,14 @@ void psm_graph_keep_packed (PsmGraph *g, gboolean keep);
 void psm_graph_set_bf16 (PsmGraph *g, gboolean on);
 gboolean psm_graph_bf16 (const PsmGraph *g);
 const void *psm_graph_bf16_weight (PsmGraph *g, const float *w, int K, int n, gboolean grad);
-/* train.precision bf16: set on the training graph for the forward and
- * backward pass of an update (psm-train.c), the products of a parameter W
- * in psm_linear run in bfloat16 both ways (x W, dy W^T and x^T dy, all
- * summed in single precision; the gradients land in the fp32 master
- * weights' buffers). psm_graph_bf16_train_weight gives op(W) (K x n)
- * packed for psm_gemm_bf16 once a graph when the flag is set and W is
- * constant on the graph, else NULL. */
+/* train.precision bf16: set by the model on its training graph (an
+ * evaluation on it has no gradients and is untouched), the products with
+ * gradients of a parameter W in psm_linear and in psm_lstm_seq's
+ * recurrence run in bfloat16 both ways (x W, dy W^T and x^T dy, all summed
+ * in single precision; the gradients land in the fp32 weights' buffers).
+ * psm_graph_bf16_train_weight gives op(W) (K x n) packed for psm_gemm_bf16
+ * once a graph when the flag is set and W is constant on the graph, else
+ * NULL. */
 void psm_graph_set_bf16_train (PsmGraph *g, gboolean on);
 gboolean psm_graph_bf16_train (const PsmGraph *g);
 const void *psm_graph_bf16_train_weight (PsmGraph *g, const float *w, int K, int n, gboolean tb);
@@ -257,17 +258,21 @@ void psm_gemm_bf16 (int M, int N, int K, const float *A, int lda, const void *wp
  * B packed for the call: train.precision's backward products (dW = x^T dy
  * among them). */
 void psm_bf16_pack_op (int K, int n, const float *w, int ldw, gboolean tb, void *out);
+void psm_gemm_bf16_op (gboolean ta, gboolean tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
+                       gboolean acc, float *C, int ldc);
 /* The backward of y = x W + b (x [R, K], W [K, N]) in bfloat16: dx += dy
  * W^T on W^T packed (wtp: psm_bf16_pack_op of W^T), dW += x^T dy and db
  * += the column sums of dy (single precision), dy read once for all three
  * on AMX (dx, dw or db NULL: not that one). */
+void psm_linear_bf16_grads (int R, int K, int N, const float *x, const float *dy, const void *wtp, float *dx, float *dw,
+                            float *db);
+/* A recurrence's step split by W's columns over a team (lstm.c, AMX
+ * only): the bytes of A [M, K] rounded into tiles; its rows [i0, i1)
+ * rounded by the calling thread (i0 a multiple of 16); C = A W for the
+ * calling thread's part of W's column panels (part of parts). */
 size_t psm_bf16_tiles_bytes (int M, int K);
 void psm_bf16_tiles_rows (int M, int K, const float *A, int lda, void *tiles, int i0, int i1);
 void psm_gemm_bf16_tiles (int M, int N, int K, const void *tiles, const void *wp, float *C, int ldc, int part, int parts);
-void psm_linear_bf16_grads (int R, int K, int N, const float *x, const float *dy, const void *wtp, float *dx, float *dw,
-                            float *db);
-void psm_gemm_bf16_op (gboolean ta, gboolean tb, int M, int N, int K, const float *A, int lda, const float *B, int ldb,
-                       gboolean acc, float *C, int ldc);
 void psm_graph_stale_packed (PsmGraph *g);
 void psm_graph_clear_packed (PsmGraph *g);
 /* C[M, N] = A[M, K] op(W) + bias (bias NULL: none), or C += A op(W) with

@@ -1,4 +1,5 @@
-/* bf16.c — decoding's linear products in bfloat16 (decode.precision).
+/* bf16.c — linear products in bfloat16 (decode.precision and
+ * train.precision).
  *
  * y = x W + b with x and W rounded to bfloat16 (round to nearest even) and
  * the products summed in single precision. Where the CPU has AMX (Intel
@@ -9,9 +10,13 @@
  * FMAs (3,800 against 242 GFLOP/s on a core of an Intel host, BENCHMARKS.md
  * e; AVX512-BF16's VDPBF16PS ran at half the FMAs' rate there). Elsewhere
  * the same rounded operands go through psm's packed single-precision
- * kernel: the same products, summed in another order, and no faster. Only
- * the decoding graph uses this (psm_graph_set_bf16), never training: a
- * gradient through rounded weights would be another model.
+ * kernel: the same products, summed in another order, and no faster. The
+ * decoding graph uses this when decode.precision is bf16
+ * (psm_graph_set_bf16). Training uses it only when told
+ * (train.precision bf16, psm_graph_set_bf16_train: mixed precision, the
+ * backward's dy W^T and x^T dy rounded too, the weights and gradients
+ * kept in single precision): a gradient through rounded operands trains a
+ * slightly different model (RESULTS.md, "Mixed-precision training").
  *
  * AMX layout of a packed W (K x n): panels of 32 columns, each Kb = ceil
  * (K / 32) blocks of 32 k, each block two tiles of 16 columns; a tile's row

@@ -196,7 +196,7 @@ typedef struct {
  * h W in gr (xp added here), or carried unchanged when gr is NULL (a
  * masked row). */
 static inline void
-seq_row_forward (int T, int B, int H, int t, int ct, int b, const float *hp, const float *cp, float *gr,
+seq_row_forward (int B, int H, int t, int ct, int b, const float *hp, const float *cp, float *gr,
                  const float *xp, int ldx, float *hs, float *cs, float *sv, gboolean keep, const float *zh,
                  const float *zc)
 {
@@ -251,7 +251,7 @@ lstm_seq_forward_rows (int T, int B, int H, int b0, int b1, gboolean rev, const 
       psm_gemm (FALSE, FALSE, n, 4 * H, H, 1.0f, hin, H, w, 4 * H, 0.0f, G, ldg);
     for (int b = b0, r = 0; b < b1; b++) {
       gboolean real = !mask || mask[(size_t) t * B + b] != 0.0f;
-      seq_row_forward (T, B, H, t, ct, b, hp, cp, real ? G + (size_t) r++ * ldg : NULL, xp, ldx, hs, cs, sv, keep, zh, zc);
+      seq_row_forward (B, H, t, ct, b, hp, cp, real ? G + (size_t) r++ * ldg : NULL, xp, ldx, hs, cs, sv, keep, zh, zc);
     }
   }
 }
@@ -371,7 +371,7 @@ lstm_seq_forward_cols (int T, int B, int H, gboolean rev, const float *xp, int l
 #pragma omp barrier
       for (int b = r0; b < r1; b++) {
         gboolean real = !mask || mask[(size_t) t * B + b] != 0.0f;
-        seq_row_forward (T, B, H, t, t, b, hp, cp, real ? G + (size_t) b * 4 * H : NULL, xp, ldx, hs, cs, sv, TRUE, zh,
+        seq_row_forward (B, H, t, t, b, hp, cp, real ? G + (size_t) b * 4 * H : NULL, xp, ldx, hs, cs, sv, TRUE, zh,
                          zc);
       }
       psm_bf16_tiles_rows (B, H, hs + (size_t) t * B * H, H, at, r0, r1);
