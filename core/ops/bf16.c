@@ -105,22 +105,48 @@ psm_bf16_packed_bytes (int K, int n)
 #ifdef PSM_AMX_CODE
 #define AMX_TARGET __attribute__ ((target ("amx-tile,amx-bf16,avx512f,avx512bw,avx512bf16")))
 
+/* The tiles' pair layout in vectors (the CPUs with AMX all have
+ * AVX512-BF16, whose conversion rounds to nearest even as bf16_bits does;
+ * it flushes subnormals to zero, as TDPBF16PS treats them anyway). v: 16
+ * bfloat16 of one row then 16 of the next; returned as their 16 pairs,
+ * the first row's value first. */
+AMX_TARGET static inline __m512i
+interleave_rows (__m512i v)
+{
+  const __m512i ix = _mm512_set_epi16 (31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5,
+                                       20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_permutexvar_epi16 (ix, v);
+}
+
+/* 16 floats of r0 and of r1 rounded and paired */
+AMX_TARGET static inline __m512i
+round_pairs (const float *r0, const float *r1)
+{
+  return interleave_rows ((__m512i) _mm512_cvtne2ps_pbh (_mm512_loadu_ps (r1), _mm512_loadu_ps (r0)));
+}
+
+/* t's 16 rows of 64 bytes: the 16 x 16 32-bit values (pairs) of pr
+ * transposed, by gathers */
+AMX_TARGET static inline void
+transpose_pairs (const uint32_t *pr, uint16_t *t)
+{
+  const __m512i col = _mm512_mullo_epi32 (_mm512_set_epi32 (15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                          _mm512_set1_epi32 (16));
+  for (int r = 0; r < 16; r++)
+    _mm512_storeu_si512 (t + r * 2 * TN, _mm512_i32gather_epi32 (_mm512_add_epi32 (col, _mm512_set1_epi32 (r)), pr, 4));
+}
+
 /* One tile of op(W) (k from k0, columns from col0): row r, column c holds
- * op(W)[k0 + 2 r + j][col0 + c] at 2 c + j. Whole tiles in vectors (the
- * CPUs with AMX all have AVX512-BF16, whose conversion rounds to nearest
- * even as bf16_bits does; it flushes subnormals to zero, as TDPBF16PS
- * treats them anyway); the edges value by value. */
+ * op(W)[k0 + 2 r + j][col0 + c] at 2 c + j. Whole tiles in vectors, the
+ * edges value by value. */
 AMX_TARGET static void
 amx_pack_tile (int K, int n, const float *w, int ldw, gboolean tb, int k0, int col0, uint16_t *t)
 {
   if (k0 + TK <= K && col0 + TN <= n) {
     if (!tb) {   /* two rows of W, 16 columns each, interleaved */
-      const __m512i ix = _mm512_set_epi16 (31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
-                                           21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
       for (int r = 0; r < TK / 2; r++) {
         const float *r0 = w + (size_t) (k0 + 2 * r) * ldw + col0;
-        __m512i v = (__m512i) _mm512_cvtne2ps_pbh (_mm512_loadu_ps (r0 + ldw), _mm512_loadu_ps (r0));
-        _mm512_storeu_si512 (t + r * 2 * TN, _mm512_permutexvar_epi16 (ix, v));
+        _mm512_storeu_si512 (t + r * 2 * TN, round_pairs (r0, r0 + ldw));
       }
     } else {   /* W^T: a column of op(W) is a row of W, its pairs adjacent;
                 * 16 rows' pairs, then transposed as 32-bit values */
@@ -130,10 +156,7 @@ amx_pack_tile (int K, int n, const float *w, int ldw, gboolean tb, int k0, int c
         _mm512_store_si512 (pr + c * TK / 2,
                             (__m512i) _mm512_cvtne2ps_pbh (_mm512_loadu_ps (src + 16), _mm512_loadu_ps (src)));
       }
-      const __m512i col = _mm512_mullo_epi32 (
-        _mm512_set_epi32 (15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32 (TK / 2));
-      for (int r = 0; r < TK / 2; r++)
-        _mm512_storeu_si512 (t + r * 2 * TN, _mm512_i32gather_epi32 (_mm512_add_epi32 (col, _mm512_set1_epi32 (r)), pr, 4));
+      transpose_pairs (pr, t);
     }
     return;
   }
@@ -195,18 +218,12 @@ psm_bf16_pack (int K, int n, const float *w, void *out)
 AMX_TARGET static void
 amx_tile_t (const float *A, int lda, int k0, int i0, uint16_t *t)
 {
-  const __m512i ix = _mm512_set_epi16 (31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5,
-                                       20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
   uint32_t pr[TN * TK / 2] __attribute__ ((aligned (64)));
   for (int j = 0; j < TK / 2; j++) {
     const float *r0 = A + (size_t) (k0 + 2 * j) * lda + i0;
-    __m512i v = (__m512i) _mm512_cvtne2ps_pbh (_mm512_loadu_ps (r0 + lda), _mm512_loadu_ps (r0));
-    _mm512_store_si512 (pr + j * TN, _mm512_permutexvar_epi16 (ix, v));
+    _mm512_store_si512 (pr + j * TN, round_pairs (r0, r0 + lda));
   }
-  const __m512i col = _mm512_mullo_epi32 (_mm512_set_epi32 (15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                          _mm512_set1_epi32 (TN));
-  for (int ii = 0; ii < 16; ii++)
-    _mm512_storeu_si512 (t + ii * TK, _mm512_i32gather_epi32 (_mm512_add_epi32 (col, _mm512_set1_epi32 (ii)), pr, 4));
+  transpose_pairs (pr, t);
 }
 #endif
 
@@ -472,8 +489,6 @@ psm_gemm_bf16_op (gboolean ta, gboolean tb, int M, int N, int K, const float *A,
 AMX_TARGET static void
 amx_pairs_from_tiles (const uint16_t *dyt, int Rb2, int Nb, uint16_t *o)
 {
-  const __m512i ix = _mm512_set_epi16 (31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5,
-                                       20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
 #pragma omp parallel for if ((long) Rb2 * Nb >= 64 && !omp_in_parallel ()) schedule (static)
   for (long u = 0; u < (long) Nb * Rb2; u++) {
     int p = (int) (u / Rb2), kb = (int) (u % Rb2);
@@ -484,7 +499,7 @@ amx_pairs_from_tiles (const uint16_t *dyt, int Rb2, int Nb, uint16_t *o)
         const uint16_t *s = dyt + ((size_t) (2 * kb + row / 16) * Nb + p) * TILE + (row % 16) * TK + h * TN;
         __m512i v = _mm512_inserti64x4 (_mm512_castsi256_si512 (_mm256_loadu_si256 ((const __m256i *) s)),
                                         _mm256_loadu_si256 ((const __m256i *) (s + TK)), 1);
-        _mm512_storeu_si512 (t + r * 2 * TN, _mm512_permutexvar_epi16 (ix, v));
+        _mm512_storeu_si512 (t + r * 2 * TN, interleave_rows (v));
       }
     }
   }
