@@ -35,6 +35,7 @@ const PsmOpInfo psm_op_table[PSM_OP_COUNT] = {
   [PSM_OP_EMBEDDING_LINEAR] = { "embedding_linear", psm_embedding_linear_backward },
   [PSM_OP_DROPOUT_LINEAR] = { "dropout_linear", psm_dropout_linear_backward },
   [PSM_OP_LINEAR_BF16] = { "linear_bf16", psm_linear_bf16_backward },
+  [PSM_OP_LINEAR_PICK_LOG_SOFTMAX] = { "linear_pick_log_softmax", psm_linear_pick_log_softmax_backward },
   [PSM_OP_ATTEND] = { "attend", psm_attend_backward },
   [PSM_OP_ADDITIVE_ATTENTION] = { "additive_attention", psm_additive_attention_backward },
   [PSM_OP_SET_STEP] = { "set_step", psm_set_step_backward },

@@ -58,6 +58,7 @@ typedef enum {
   PSM_OP_DROPOUT_LINEAR,
   PSM_OP_SCATTER_ROWS,
   PSM_OP_LINEAR_BF16,
+  PSM_OP_LINEAR_PICK_LOG_SOFTMAX,
   PSM_OP_COUNT
 } PsmOpKind;
 
@@ -266,6 +267,11 @@ void psm_gemm_bf16_op (gboolean ta, gboolean tb, int M, int N, int K, const floa
  * on AMX (dx, dw or db NULL: not that one). */
 void psm_linear_bf16_grads (int R, int K, int N, const float *x, const float *dy, const void *wtp, float *dx, float *dw,
                             float *db);
+/* The same with dy the gradient of the scores z [R, N] under log softmax
+ * picks (psm_linear_pick_log_softmax): dy[i] = d_i (e_{t_i} - exp (z_i -
+ * lse_i)), zero where t_i < 0; on AMX made as it is rounded, never stored. */
+void psm_linear_bf16_pick_grads (int R, int K, int N, const float *x, const float *z, const float *lse, const int32_t *t,
+                                 const float *d, const void *wtp, float *dx, float *dw, float *db);
 /* A recurrence's step split by W's columns over a team (lstm.c, AMX
  * only): the bytes of A [M, K] rounded into tiles; its rows [i0, i1)
  * rounded by the calling thread (i0 a multiple of 16); C = A W for the
@@ -340,6 +346,7 @@ PSM_DECLARE_BACKWARD (linear);
 PSM_DECLARE_BACKWARD (embedding_linear);
 PSM_DECLARE_BACKWARD (dropout_linear);
 PSM_DECLARE_BACKWARD (linear_bf16);
+PSM_DECLARE_BACKWARD (linear_pick_log_softmax);
 PSM_DECLARE_BACKWARD (add);
 PSM_DECLARE_BACKWARD (mul);
 PSM_DECLARE_BACKWARD (scale);

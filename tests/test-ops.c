@@ -1015,6 +1015,16 @@ START_TEST (test_gemm_bf16)
 }
 END_TEST
 
+/* x [R, K], W [K, N] and b [N] of a linear product, uniform in (-1, 1) */
+static void
+linear_case (Case *c, int R, int K, int N, uint64_t seed, PsmRng *rng)
+{
+  psm_rng_seed (rng, seed);
+  alloc_in (c, 0, 2, R, K, 0, rng, 1.0f);
+  alloc_in (c, 1, 2, K, N, 0, rng, 1.0f);
+  alloc_in (c, 2, 1, N, 0, 0, rng, 1.0f);
+}
+
 /* train.precision bf16 (psm_graph_set_bf16_train). psm_linear with
  * gradients: y = x W + b, dx = dy W^T and dW = x^T dy against double sums
  * of the rounded operands (db the single-precision column sums), on AMX
@@ -1025,11 +1035,8 @@ static void
 check_linear_bf16_train (int R, int K, int N)
 {
   PsmRng rng;
-  psm_rng_seed (&rng, 31 + R);
   Case c = { 0 };
-  alloc_in (&c, 0, 2, R, K, 0, &rng, 1.0f);
-  alloc_in (&c, 1, 2, K, N, 0, &rng, 1.0f);
-  alloc_in (&c, 2, 1, N, 0, 0, &rng, 1.0f);
+  linear_case (&c, R, K, N, 31 + R, &rng);
   float *y[2];
   for (int v = 0; v < 2; v++) {   /* 0 fp32, 1 bf16 */
     for (int k = 0; k < 3; k++)
@@ -1112,6 +1119,92 @@ check_linear_bf16_train (int R, int K, int N)
   free_case (&c);
 }
 
+/* psm_linear_pick_log_softmax on a bf16 training graph, where it is one
+ * op whose backward makes the scores' gradient as it rounds it: y and the
+ * gradients of x, W and b the same, to the bit, as psm_linear followed by
+ * psm_pick_log_softmax on the same graph (both checked above and in
+ * test_pointer_ops), with targets < 0 and rows of zero gradient; y against
+ * double sums of the rounded operands. On a single-precision graph it is
+ * that pair. */
+static void
+check_linear_pick_bf16_train (int R, int K, int N)
+{
+  PsmRng rng;
+  Case c = { 0 };
+  linear_case (&c, R, K, N, 57 + R, &rng);
+  int32_t *t = g_new (int32_t, R);
+  for (int r = 0; r < R; r++)
+    t[r] = r % 7 == 5 ? -1 : (int32_t) ((r * 7919u + 13) % (unsigned) N);
+  float *y[2][2], *grad[2][2][3];
+  for (int prec = 0; prec < 2; prec++)   /* 0 fp32, 1 bf16 */
+    for (int v = 0; v < 2; v++) {   /* 0 the pair of ops, 1 the one */
+      for (int k = 0; k < 3; k++)
+        memset (c.gx[k], 0, n_of (&c, k) * sizeof (float));
+      PsmGraph *g = psm_graph_new ();
+      psm_graph_set_bf16_train (g, prec == 1);
+      psm_graph_const_range (g, c.x[1], n_of (&c, 1));
+      PsmTensor *yt = v ? psm_linear_pick_log_softmax (g, in (g, &c, 0), in (g, &c, 1), in (g, &c, 2), t)
+                        : psm_pick_log_softmax (g, psm_linear (g, in (g, &c, 0), in (g, &c, 1), in (g, &c, 2)), t);
+      ck_assert (yt->n == (size_t) R);
+      y[prec][v] = g_memdup2 (yt->data, (size_t) R * sizeof (float));
+      /* psm_test_project's weights, a few rows' set to zero */
+      PsmTensor *m = psm_tensor_new (g, 2, (int[]) { R, 1 }, FALSE);
+      for (int r = 0; r < R; r++)
+        m->data[r] = r % 5 == 2 ? 0.0f : 1.0f;
+      psm_backward (g, psm_test_project (g, psm_mul (g, psm_affine (g, yt, 1.0f, 0.0f), m)));
+      for (int k = 0; k < 3; k++)
+        grad[prec][v][k] = g_memdup2 (c.gx[k], n_of (&c, k) * sizeof (float));
+      psm_graph_free (g);
+    }
+  const char *names[3] = { "x", "W", "b" };
+  for (int prec = 0; prec < 2; prec++) {
+    for (int r = 0; r < R; r++)
+      ck_assert_msg (memcmp (&y[prec][0][r], &y[prec][1][r], sizeof (float)) == 0,
+                     "linear_pick_log_softmax %s R=%d: y[%d] = %g, the pair's %g", prec ? "bf16" : "fp32", R, r,
+                     y[prec][1][r], y[prec][0][r]);
+    for (int k = 0; k < 3; k++)
+      for (size_t i = 0; i < n_of (&c, k); i++)
+        ck_assert_msg (grad[prec][0][k][i] == grad[prec][1][k][i],
+                       "linear_pick_log_softmax %s R=%d: gradient mismatch, d%s[%zu] = %g, the pair's %g",
+                       prec ? "bf16" : "fp32", R, names[k], i, grad[prec][1][k][i], grad[prec][0][k][i]);
+  }
+  /* the bf16 forward against double sums of the rounded operands */
+  const float *x = c.x[0], *w = c.x[1], *b = c.x[2];
+  double *z = g_new (double, N);
+  gboolean differs = FALSE;
+  for (int r = 0; r < R; r++) {
+    double m = -INFINITY, s = 0, mag = 0;
+    for (int j = 0; j < N; j++) {
+      z[j] = b[j];
+      for (int k = 0; k < K; k++) {
+        z[j] += (double) psm_bf16_round (x[r * K + k]) * psm_bf16_round (w[k * N + j]);
+        mag += fabs ((double) x[r * K + k] * w[k * N + j]);
+      }
+      m = MAX (m, z[j]);
+    }
+    for (int j = 0; j < N; j++)
+      s += exp (z[j] - m);
+    if (t[r] < 0) {
+      ck_assert (isinf (y[1][1][r]) && y[1][1][r] < 0);
+      continue;
+    }
+    double want = z[t[r]] - m - log (s);
+    ck_assert_msg (fabs (y[1][1][r] - want) <= 1e-6 * (K + 1) * mag / N + 1e-5,
+                   "linear_pick_log_softmax bf16 R=%d: y[%d] = %g, want %g", R, r, y[1][1][r], want);
+    differs |= y[1][1][r] != y[0][1][r];
+  }
+  ck_assert_msg (differs, "linear_pick_log_softmax: train.precision bf16 gave the single-precision products");
+  g_free (z);
+  for (int prec = 0; prec < 2; prec++)
+    for (int v = 0; v < 2; v++) {
+      g_free (y[prec][v]);
+      for (int k = 0; k < 3; k++)
+        g_free (grad[prec][v][k]);
+    }
+  g_free (t);
+  free_case (&c);
+}
+
 /* psm_lstm_seq with gradients on a bf16 training graph: the forward the
  * decoding's bf16 sequence's (h W on the same rounded operands; the gates
  * kept or not, the same arithmetic); the gradients of every input within
@@ -1191,6 +1284,9 @@ START_TEST (test_train_bf16)
     check_linear_bf16_train (70, 45, 97);
     check_linear_bf16_train (64, 96, 64);
     check_linear_bf16_train (1, 33, 20);
+    check_linear_pick_bf16_train (70, 45, 97);
+    check_linear_pick_bf16_train (64, 96, 64);
+    check_linear_pick_bf16_train (3, 33, 20);
     check_lstm_seq_bf16_train (FALSE);
     check_lstm_seq_bf16_train (TRUE);
   }

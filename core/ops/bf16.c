@@ -29,6 +29,7 @@
 #include <string.h>
 #include <omp.h>
 #include "psm-private.h"
+#include "fastmath.h"
 
 #if defined (__x86_64__) && defined (__GNUC__) && (__GNUC__ >= 11 || defined (__clang__))
 #define PSM_AMX_CODE 1
@@ -506,13 +507,40 @@ amx_pairs_from_tiles (const uint16_t *dyt, int Rb2, int Nb, uint16_t *o)
 }
 #endif
 
+/* The gradient of the scores under log softmax picks (psm_linear_pick_
+ * log_softmax): row i of dy is d_i (e_{t_i} - softmax (z_i)), softmax (z_i)
+ * = exp (z_i - lse_i); zeros where t_i < 0 or d_i = 0. */
+typedef struct {
+  const float *lse;
+  const int32_t *t;
+  const float *d;
+} PickDy;
+
+/* dy[i, k0 .. k0 + nk) from the scores z (pk) into v */
+static inline void
+pick_dy_block (const PickDy *pk, const float *z, int i, int k0, int nk, float *restrict v)
+{
+  float d = pk->t[i] >= 0 ? pk->d[i] : 0.0f, l = pk->lse[i];
+  if (d == 0.0f) {
+    memset (v, 0, (size_t) nk * sizeof (float));
+    return;
+  }
+  float nd = -d;
+#pragma omp simd
+  for (int kk = 0; kk < nk; kk++)
+    v[kk] = nd * psm_fast_expf (z[k0 + kk] - l);
+  if (pk->t[i] >= k0 && pk->t[i] < k0 + nk)
+    v[pk->t[i] - k0] += d;
+}
+
 #ifdef PSM_AMX_CODE
 /* dy [R, N] rounded into its tiles (as bf16_tiles_op, Mp rows) and, when
  * db is not NULL, its column sums added to db, in one pass: the threads
  * take bands of whole tiles of columns, each its band's rows in order
- * (the sums the same whatever the split). */
+ * (the sums the same whatever the split). With pk, dy is made from the
+ * scores z = dy's argument as it goes (pick_dy_block) and never stored. */
 static void
-dy_tiles_colsum (int R, int N, const float *dy, uint16_t *dyt, int Nb, int Mp, float *db)
+dy_tiles_colsum (int R, int N, const float *dy, const PickDy *pk, uint16_t *dyt, int Nb, int Mp, float *db)
 {
 #pragma omp parallel if ((long) R * N >= (1L << 16) && !omp_in_parallel ())
   {
@@ -520,39 +548,45 @@ dy_tiles_colsum (int R, int N, const float *dy, uint16_t *dyt, int Nb, int Mp, f
     int nb0 = Nb * id / team, nb1 = Nb * (id + 1) / team;
     int c0 = nb0 * TK, c1 = MIN (N, nb1 * TK);
     float *acc = db && c1 > c0 ? g_new0 (float, c1 - c0) : NULL;
+    float *band = pk && c1 > c0 ? psm_xaligned ((size_t) (c1 - c0) * sizeof (float), "bf16 rows") : NULL;
     for (int i = 0; i < Mp; i++) {
-      const float *x = dy + (size_t) i * N;
+      if (band && i < R)   /* the row's dy over the band, made at once */
+        pick_dy_block (pk, dy + (size_t) i * N, i, c0, c1 - c0, band);
       for (int nb = nb0; nb < nb1; nb++) {
         uint16_t *o = dyt + ((size_t) (i / 16) * Nb + nb) * TILE + (i % 16) * TK;
         int k0 = nb * TK, nk = i < R ? MIN (TK, N - k0) : 0;
+        const float *x = band ? band + (k0 - c0) : dy + (size_t) i * N + k0;
         if (nk == TK) {
 #pragma omp simd
           for (int kk = 0; kk < TK; kk++)
-            o[kk] = bf16_bits (x[k0 + kk]);
+            o[kk] = bf16_bits (x[kk]);
           if (acc) {
             float *a = acc + (k0 - c0);
 #pragma omp simd
             for (int kk = 0; kk < TK; kk++)
-              a[kk] += x[k0 + kk];
+              a[kk] += x[kk];
           }
         } else {
           for (int kk = 0; kk < TK; kk++)
-            o[kk] = kk < nk ? bf16_bits (x[k0 + kk]) : 0;
+            o[kk] = kk < nk ? bf16_bits (x[kk]) : 0;
           for (int kk = 0; acc && kk < nk; kk++)
-            acc[k0 - c0 + kk] += x[k0 + kk];
+            acc[k0 - c0 + kk] += x[kk];
         }
       }
     }
     for (int j = c0; acc && j < c1; j++)
       db[j] += acc[j - c0];
     g_free (acc);
+    free (band);
   }
 }
 #endif
 
-void
-psm_linear_bf16_grads (int R, int K, int N, const float *x, const float *dy, const void *wtp, float *dx, float *dw,
-                       float *db)
+/* psm_linear_bf16_grads, dy given (pk NULL) or made from the scores dy
+ * points at (pk) */
+static void
+linear_bf16_grads (int R, int K, int N, const float *x, const float *dy, const PickDy *pk, const void *wtp,
+                   float *dx, float *dw, float *db)
 {
   if (R <= 0 || K <= 0 || N <= 0)
     return;
@@ -560,7 +594,7 @@ psm_linear_bf16_grads (int R, int K, int N, const float *x, const float *dy, con
   if (psm_amx_usable () && (dx || dw)) {
     int Nb = (N + TK - 1) / TK, Rb2 = (R + TK - 1) / TK;   /* dy's tiles: 2 Rb2 blocks of 16 rows */
     uint16_t *dyt = scratch_get (&scratch_rows, (size_t) 2 * Rb2 * Nb * TILE * sizeof (uint16_t), "bf16 rows");
-    dy_tiles_colsum (R, N, dy, dyt, Nb, 2 * Rb2 * 16, db);
+    dy_tiles_colsum (R, N, dy, pk, dyt, Nb, 2 * Rb2 * 16, db);
     if (dx)   /* dx += dy W^T */
       amx_run (R, K, Nb * TK, dyt, wtp, NULL, TRUE, dx, K);
     if (dw) {   /* dW += x^T dy */
@@ -577,12 +611,36 @@ psm_linear_bf16_grads (int R, int K, int N, const float *x, const float *dy, con
     return;
   }
 #endif
+  float *made = NULL;
+  if (pk) {   /* the packed kernel's path reads dy whole */
+    made = psm_xmalloc ((size_t) R * N * sizeof (float), "bf16 rows");
+#pragma omp parallel for if ((long) R * N >= (1L << 16)) schedule (static)
+    for (int i = 0; i < R; i++)
+      pick_dy_block (pk, dy + (size_t) i * N, i, 0, N, made + (size_t) i * N);
+    dy = made;
+  }
   if (dx)
     psm_gemm_bf16 (R, K, N, dy, N, wtp, NULL, TRUE, dx, K);
   if (dw)
     psm_gemm_bf16_op (TRUE, FALSE, K, N, R, x, K, dy, N, TRUE, dw, N);
   if (db)
     psm_colsum_add (R, N, dy, db);
+  free (made);
+}
+
+void
+psm_linear_bf16_grads (int R, int K, int N, const float *x, const float *dy, const void *wtp, float *dx, float *dw,
+                       float *db)
+{
+  linear_bf16_grads (R, K, N, x, dy, NULL, wtp, dx, dw, db);
+}
+
+void
+psm_linear_bf16_pick_grads (int R, int K, int N, const float *x, const float *z, const float *lse, const int32_t *t,
+                            const float *d, const void *wtp, float *dx, float *dw, float *db)
+{
+  PickDy pk = { lse, t, d };
+  linear_bf16_grads (R, K, N, x, z, &pk, wtp, dx, dw, db);
 }
 
 /* A recurrence's product split by columns (lstm.c): op(A) = A [M, K]

@@ -21,6 +21,7 @@
 #include <math.h>
 #include <string.h>
 #include "psm-private.h"
+#include "fastmath.h"
 
 void
 psm_gemm (gboolean ta, gboolean tb, int M, int N, int K, float alpha,
@@ -468,6 +469,80 @@ psm_linear_bf16_backward (PsmNode *n)
   PsmTensor *x = n->in[0], *w = n->in[1], *b = n->in[2], *y = n->out;
   int R = psm_tensor_rows (x), K = psm_tensor_cols (x), N = w->shape[1];
   psm_linear_bf16_grads (R, K, N, x->data, y->grad, n->saved, x->grad, w->grad, b ? b->grad : NULL);
+}
+
+/* ---- log softmax (x W + b) picked at the targets, bf16 training ----
+ * The forward stores the scores z = x W + b (products as linear_bf16's)
+ * and each row's log-sum-exp, and returns z[r, t_r] - lse_r. The scores
+ * have no gradient tensor: the backward makes dz = d_r (e_{t_r} -
+ * exp (z_r - lse_r)) as it rounds dz for dz W^T and x^T dz (on AMX a
+ * block of 32 columns at a time, never stored in single precision), where
+ * the two ops would zero dz, add pick_log_softmax's gradient into it and
+ * read it back to round it: at the 2 x 650 LM's 3,200 x 10,000 scores,
+ * three passes over 128 MB an update fewer (BENCHMARKS.md d). */
+typedef struct {
+  float *z, *lse;
+  int32_t *t;
+  const void *wtp;   /* W^T packed for dx (NULL without x's gradient) */
+} PickSaved;
+
+static PsmTensor *
+linear_pick_bf16 (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b, const int32_t *t)
+{
+  int R = psm_tensor_rows (x), K = psm_tensor_cols (x), N = w->shape[1];
+  const int32_t *ids;
+  if (R > PSM_PACKED_MAX_ROWS && psm_graph_lookup_of (g, x->data, R, &ids))
+    return NULL;   /* embedding_linear's case: psm_linear's own */
+  const void *wp = psm_graph_bf16_train_weight (g, w->data, K, N, FALSE);
+  if (!wp)
+    return NULL;
+  for (int r = 0; r < R; r++)
+    g_return_val_if_fail (t[r] < N, NULL);
+  PsmTensor *in[3] = { x, w, b };
+  int shape[2] = { R, 1 };
+  PsmTensor *y = psm_op_out (g, 2, shape, 3, in);
+  float *z = psm_graph_alloc (g, (size_t) R * N * sizeof (float));
+  float *lse = psm_graph_alloc (g, (size_t) MAX (R, 1) * sizeof (float));
+  psm_gemm_bf16 (R, N, K, x->data, K, wp, b ? b->data : NULL, FALSE, z, N);
+#pragma omp parallel for if ((long) R * N > 100000) schedule (static)
+  for (int r = 0; r < R; r++) {
+    const float *zr = z + (size_t) r * N;
+    lse[r] = psm_fast_logsumexpf (zr, N);
+    y->data[r] = t[r] >= 0 ? zr[t[r]] - lse[r] : -INFINITY;
+  }
+  PsmNode *nd = psm_graph_record (g, PSM_OP_LINEAR_PICK_LOG_SOFTMAX, y, 3, in);
+  if (nd) {
+    PickSaved *sv = psm_graph_alloc (g, sizeof *sv);
+    sv->z = z;
+    sv->lse = lse;
+    sv->t = psm_graph_dup (g, t, (size_t) R * sizeof (int32_t));
+    sv->wtp = x->grad ? psm_graph_bf16_train_weight (g, w->data, N, K, TRUE) : NULL;
+    nd->saved = sv;
+  }
+  return y;
+}
+
+void
+psm_linear_pick_log_softmax_backward (PsmNode *n)
+{
+  PsmTensor *x = n->in[0], *w = n->in[1], *b = n->in[2];
+  const PickSaved *sv = n->saved;
+  int R = psm_tensor_rows (x), K = psm_tensor_cols (x), N = w->shape[1];
+  psm_linear_bf16_pick_grads (R, K, N, x->data, sv->z, sv->lse, sv->t, n->out->grad, sv->wtp,
+                              sv->wtp ? x->grad : NULL, w->grad, b ? b->grad : NULL);
+}
+
+PsmTensor *
+psm_linear_pick_log_softmax (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b, const int32_t *targets)
+{
+  g_return_val_if_fail (x && x->ndim >= 1 && w && w->ndim == 2 && targets, NULL);
+  g_return_val_if_fail (w->shape[0] == psm_tensor_cols (x) && (!b || (int) b->n == w->shape[1]), NULL);
+  if ((x->grad || w->grad) && psm_graph_bf16_train (g)) {
+    PsmTensor *y = linear_pick_bf16 (g, x, w, b, targets);
+    if (y)
+      return y;
+  }
+  return psm_pick_log_softmax (g, psm_linear (g, x, w, b), targets);
 }
 
 PsmTensor *

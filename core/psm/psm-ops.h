@@ -20,6 +20,15 @@ PsmTensor *psm_matmul (PsmGraph *g, PsmTensor *a, PsmTensor *b, gboolean trans_a
  * gradient then goes to the table and W directly, and x's own gradient gets
  * nothing from this op. */
 PsmTensor *psm_linear (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b);
+/* ABI 1.17: psm_pick_log_softmax (g, psm_linear (g, x, w, b), targets) —
+ * y [R, 1], y[r] = log softmax (x W + b)[r, targets[r]] (-inf where
+ * targets[r] < 0) — as one op where that saves work: on a training graph
+ * with train.precision bf16 the scores are never a tensor of their own,
+ * and the backward makes their gradient as it rounds it for the products
+ * (ops/matmul.c). Elsewhere the two ops, as written above. A head's
+ * vocabulary loss should call this rather than the pair. */
+PsmTensor *psm_linear_pick_log_softmax (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b,
+                                        const int32_t *targets);
 
 /* --- elementwise (core/ops/elementwise.c) --- */
 /* a + b; b has the shape of a, or b->n divides a->n and b is tiled

@@ -58,9 +58,11 @@ G_BEGIN_DECLS
  * splits). 1.15: psm_params_grad_norm, psm_clip_scale and
  * psm_optim_step_zero (the clip, the update and the zeroing of the
  * gradients in one pass). 1.16: PsmEncoding.want_importance (an encoder
- * skips inspection-only importance weights nothing will read). */
+ * skips inspection-only importance weights nothing will read). 1.17:
+ * psm_linear_pick_log_softmax (a head's vocabulary loss as one op, so that
+ * bf16 training need not keep the scores' gradient). */
 #define PSM_ABI_MAJOR 1
-#define PSM_ABI_MINOR 16
+#define PSM_ABI_MINOR 17
 #define PSM_PLUGIN_ENTRY_SYMBOL "psm_plugin_entry"
 
 typedef enum {

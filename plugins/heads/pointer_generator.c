@@ -60,16 +60,22 @@ pg_create (const PsmSection *cfg, const PsmBuildCtx *ctx, GError **error)
 
 static void pg_destroy (void *self) { g_free (self); }
 
-/* The vocabulary scores [R, V] of the rows of [s_t; h*_t], or of its n
- * rows at rows[] (rows NULL: all) */
+/* V[s_t; h*_t] + b of the rows of [s_t; h*_t], or of its n rows at rows[]
+ * (rows NULL: all): the input of the vocabulary scores V' u + b' */
 static PsmTensor *
-logits (PtrGen *s, PsmGraph *g, PsmParams *p, const PsmDecOut *out, const int32_t *rows, int n)
+pre_logits (PtrGen *s, PsmGraph *g, PsmParams *p, const PsmDecOut *out, const int32_t *rows, int n)
 {
   PsmTensor *x = psm_concat (g, out->state, out->context);
   if (rows)
     x = psm_gather_rows (g, x, rows, n);
-  PsmTensor *u = psm_linear (g, x, psm_param (g, p, s->w_v), psm_param (g, p, s->b_v));
-  return psm_linear (g, u, psm_param (g, p, s->w_o), psm_param (g, p, s->b_o));
+  return psm_linear (g, x, psm_param (g, p, s->w_v), psm_param (g, p, s->b_v));
+}
+
+/* The vocabulary scores [R, V] */
+static PsmTensor *
+logits (PtrGen *s, PsmGraph *g, PsmParams *p, const PsmDecOut *out, const int32_t *rows, int n)
+{
+  return psm_linear (g, pre_logits (s, g, p, out, rows, n), psm_param (g, p, s->w_o), psm_param (g, p, s->b_o));
 }
 
 /* z of p_gen = s(z) */
@@ -104,7 +110,8 @@ pg_loss (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const Ps
   const int32_t *rows;
   int n = psm_nonzero_rows (g, b->tgt_mask, R, &rows);
   const int32_t *tr = rows ? psm_gather_elems (g, tv, sizeof *tv, rows, n) : tv;
-  PsmTensor *lv = psm_pick_log_softmax (g, logits (s, g, p, out, rows, n), tr);
+  PsmTensor *lv = psm_linear_pick_log_softmax (g, pre_logits (s, g, p, out, rows, n), psm_param (g, p, s->w_o),
+                                               psm_param (g, p, s->b_o), tr);
   if (rows)
     lv = psm_scatter_rows (g, lv, rows, R);
   PsmTensor *mass = psm_gather_mass (g, out->attn, b->src_ext, b->B, tc);

@@ -84,7 +84,8 @@ parts (Sentinel *s, PsmGraph *g, PsmParams *p, const PsmDecOut *out, const PsmBa
 {
   PsmTensor *h = out->state;
   int T = h->shape[0], B = h->shape[1];
-  *lgen = psm_pick_log_softmax (g, vocab_logits (s, g, p, h), batch->tgt);
+  *lgen = s->tied ? psm_pick_log_softmax (g, vocab_logits (s, g, p, h), batch->tgt)
+                  : psm_linear_pick_log_softmax (g, h, psm_param (g, p, s->w_o), psm_param (g, p, s->b_o), batch->tgt);
   PsmTensor *q = psm_tanh (g, psm_linear (g, h, psm_param (g, p, s->w_q), psm_param (g, p, s->b_q)));
   *wid = psm_window_ids (g, T, B, s->L, batch->src, batch->src_mask, out->past_ids, out->P);
   *z = psm_window_scores (g, q, h, out->past, psm_param (g, p, s->s), *wid, s->L);

@@ -65,11 +65,10 @@ sm_create (const PsmSection *cfg, const PsmBuildCtx *ctx, GError **error)
 
 static void sm_destroy (void *self) { g_free (self); }
 
-/* The scores of the rows of [state; context] (or of state), or of its n
- * rows at rows[] (rows NULL: all). */
+/* The input of the output layer for the rows of [state; context] (or of
+ * state), or of its n rows at rows[] (rows NULL: all). */
 static PsmTensor *
-logits (Softmax *s, PsmGraph *g, PsmParams *p, PsmTensor *state, PsmTensor *context, const int32_t *rows, int n,
-        const PsmBatch *batch)
+pre_logits (Softmax *s, PsmGraph *g, PsmParams *p, PsmTensor *state, PsmTensor *context, const int32_t *rows, int n)
 {
   PsmTensor *u = s->with_context ? psm_concat (g, state, context) : state;
   if (rows)
@@ -79,6 +78,15 @@ logits (Softmax *s, PsmGraph *g, PsmParams *p, PsmTensor *state, PsmTensor *cont
     if (!s->linear)
       u = psm_tanh (g, u);
   }
+  return u;
+}
+
+/* The scores of those rows. */
+static PsmTensor *
+logits (Softmax *s, PsmGraph *g, PsmParams *p, PsmTensor *state, PsmTensor *context, const int32_t *rows, int n,
+        const PsmBatch *batch)
+{
+  PsmTensor *u = pre_logits (s, g, p, state, context, rows, n);
   PsmTensor *w = psm_param (g, p, s->w_o), *b = psm_param (g, p, s->b_o);
   if (batch->n_cand > 0) {
     w = s->tied ? psm_gather_rows (g, w, batch->cand, batch->n_cand) : psm_gather_cols (g, w, batch->cand, batch->n_cand);
@@ -115,7 +123,15 @@ sm_loss (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const Ps
     t = psm_gather_elems (g, t, sizeof *t, rows, n);
     w = psm_gather_elems (g, w, sizeof *w, rows, n);
   }
-  return psm_cross_entropy (g, logits (self, g, p, out->state, out->context, rows, n, batch), t, w);
+  Softmax *s = self;
+  if (s->tied || batch->n_cand > 0)
+    return psm_cross_entropy (g, logits (s, g, p, out->state, out->context, rows, n, batch), t, w);
+  /* -(1/W) sum_r w_r log p(t_r), the output layer and the pick one op */
+  PsmTensor *lp = psm_linear_pick_log_softmax (g, pre_logits (s, g, p, out->state, out->context, rows, n),
+                                               psm_param (g, p, s->w_o), psm_param (g, p, s->b_o), t);
+  int32_t *col0 = psm_arena_alloc (psm_graph_arena (g), (size_t) MAX (n, 1) * sizeof (int32_t));
+  memset (col0, 0, (size_t) MAX (n, 1) * sizeof (int32_t));
+  return psm_nll (g, lp, col0, w);
 }
 
 static int sm_space (void *self, const PsmBatch *batch) { return PSM_BATCH_VOCAB (batch, ((Softmax *) self)->V); }
