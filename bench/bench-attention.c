@@ -5,7 +5,8 @@
  * and backward time a step; the threads are OMP_NUM_THREADS.
  * usage: bench-attention [T [A [B [MODE]]]]   (defaults 400 512 16 0; values
  * of A features; MODE 0 a graph a step, 1 and 2 one graph for all the steps
- * without and with the batch-major copies, below) */
+ * without and with the batch-major copies, below, 3 as 2 on a graph with
+ * train.precision bf16, whose copies are rounded to bfloat16) */
 #include "config.h"
 #include <omp.h>
 #include <stdio.h>
@@ -99,7 +100,8 @@ one_graph (int mode, int steps, int T, int A, int B, float *K, float *dK, float 
   for (int s = 0; s < steps; s++)
     step_in_draw (&in[s], rng, T, A, B);
   PsmGraph *g = psm_graph_new ();
-  psm_graph_set_batch_major (g, mode == 2);
+  psm_graph_set_batch_major (g, mode >= 2);
+  psm_graph_set_bf16_train (g, mode == 3);
   for (int round = 0; round < 2; round++) {   /* timed: the second, on the arena the first has grown */
     psm_graph_reset (g);
     double t0 = omp_get_wtime ();
@@ -131,9 +133,9 @@ main (int argc, char **argv)
   int T = argc > 1 ? atoi (argv[1]) : 400, A = argc > 2 ? atoi (argv[2]) : 512, B = argc > 3 ? atoi (argv[3]) : 16;
   int mode = argc > 4 ? atoi (argv[4]) : 0;
   int H = A, steps = 100;
-  if (T < 1 || A < 1 || B < 1 || mode < 0 || mode > 2) {
+  if (T < 1 || A < 1 || B < 1 || mode < 0 || mode > 3) {
     fprintf (stderr, "usage: bench-attention [T [A [B [MODE]]]]   (MODE 0: a graph a step; 1: one graph, "
-             "time-major; 2: one graph, batch-major copies)\n");
+             "time-major; 2: one graph, batch-major copies; 3: those in bfloat16)\n");
     return 2;
   }
   PsmRng rng;
@@ -152,7 +154,8 @@ main (int argc, char **argv)
     graph_a_step (steps, T, A, B, K, dK, V, v, dv, wc, dwc, &rng, &tf, &tb);
   printf ("attention B=%d T=%d A=%d, %s, %d threads: forward %.3f ms, backward %.3f ms a step (%.3f / %.3f ns an "
           "element a thread)\n", B, T, A,
-          mode == 0 ? "a graph a step" : mode == 1 ? "one graph" : "one graph, batch-major copies", omp_get_max_threads (), 1e3 * tf / steps, 1e3 * tb / steps,
+          mode == 0 ? "a graph a step" : mode == 1 ? "one graph" : mode == 2 ? "one graph, batch-major copies"
+          : "one graph, batch-major copies in bfloat16", omp_get_max_threads (), 1e3 * tf / steps, 1e3 * tb / steps,
           1e9 * tf / steps / nk * omp_get_max_threads (), 1e9 * tb / steps / nk * omp_get_max_threads ());
   free (K);
   free (dK);

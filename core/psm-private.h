@@ -187,6 +187,7 @@ typedef struct {
   const float *data;     /* x's data: the key */
   const float *xgrad;    /* x's gradient, which the node's backward adds to */
   float *bm;             /* [B, T, C] */
+  const uint16_t *bm16;  /* train.precision bf16: bm rounded to bfloat16, which the attention reads; else NULL */
   float *grad;           /* [B, T, C], zeroed when an op first needs it (psm_batch_major_grad); NULL before */
   int T, B, C;
 } PsmBatchMajor;
@@ -247,6 +248,7 @@ const void *psm_graph_bf16_train_weight (PsmGraph *g, const float *w, int K, int
  * packing, summed in single precision. Inside a parallel region it runs on
  * the calling thread alone (a recurrence's rows apart over the threads). */
 float psm_bf16_round (float x);
+void psm_bf16_round_bits (size_t n, const float *x, uint16_t *out);   /* the bits of n of them */
 gboolean psm_amx_usable (void);
 extern gboolean psm_bf16_amx;   /* unset: AMX not used (tests run both paths; set it before packing) */
 size_t psm_bf16_packed_bytes (int K, int n);

@@ -2546,6 +2546,51 @@ START_TEST (test_additive_attention_batch_major)
     psm_graph_free (g);
     free_case (&c);
   }
+  /* train.precision bf16: the op reads the copies rounded to bfloat16, so
+   * on a bf16 training graph the loss and every gradient are, to the bit,
+   * those of a single-precision graph whose keys and values were rounded
+   * beforehand (the gradients reach the unrounded tensors unchanged), and
+   * not those of the unrounded ones. */
+  for (guint w = 0; w < G_N_ELEMENTS (whiches); w++) {
+    Case c[2];
+    memset (c, 0, sizeof c);
+    for (int v = 0; v < 2; v++) {
+      PsmRng r2;
+      psm_rng_seed (&r2, 77 + w);
+      addattn_case (&c[v], &r2);
+      c[v].which = whiches[w] | 4;
+    }
+    for (int k = 0; k < 2; k++) {   /* c[0]: keys and values rounded */
+      float *x = c[0].x[k ? 5 : 0];
+      for (size_t i = 0; i < n_of (&c[0], k ? 5 : 0); i++)
+        x[i] = psm_bf16_round (x[i]);
+    }
+    float loss[3], *grads[2][6];
+    for (int v = 0; v < 3; v++) {   /* 0 rounded, fp32; 1 bf16 training; 2 unrounded, fp32 */
+      Case *cv = &c[v > 0];
+      for (int k = 0; k < 6; k++)
+        memset (cv->gx[k], 0, n_of (cv, k) * sizeof (float));
+      PsmGraph *g = psm_graph_new ();
+      psm_graph_set_bf16_train (g, v == 1);
+      PsmTensor *l = f_addattn (g, cv);
+      loss[v] = l->data[0];
+      psm_backward (g, l);
+      psm_graph_free (g);
+      for (int k = 0; k < 6 && v < 2; k++)
+        grads[v][k] = g_memdup2 (cv->gx[k], n_of (cv, k) * sizeof (float));
+    }
+    ck_assert_msg (loss[0] == loss[1] && loss[2] != loss[1], "which %d: bf16 loss %.9g, rounded inputs' %.9g, fp32 %.9g",
+                   whiches[w], loss[1], loss[0], loss[2]);
+    for (int k = 0; k < 6; k++) {
+      for (size_t i = 0; i < n_of (&c[0], k); i++)
+        ck_assert_msg (grads[0][k][i] == grads[1][k][i], "which %d: bf16 attention gradient mismatch, input %d [%zu]: %g, want %g",
+                       whiches[w], k, i, grads[1][k][i], grads[0][k][i]);
+      g_free (grads[0][k]);
+      g_free (grads[1][k]);
+    }
+    free_case (&c[0]);
+    free_case (&c[1]);
+  }
 }
 END_TEST
 

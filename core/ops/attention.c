@@ -90,6 +90,9 @@ typedef struct {
   const float *K, *H;
   float *dK, *dH;
   size_t kps, krs, hps, hrs;
+  /* train.precision bf16: the batch-major copies rounded to bfloat16, read
+   * instead of K and H (the same strides), or NULL */
+  const uint16_t *K16, *H16;
 } AddAttnSaved;
 
 #define AA_PAR(B, T, A) ((long) (B) * (T) * (A) >= 32768)
@@ -138,6 +141,37 @@ av_tanh (av x)
   return PSM_TANH_RATIONAL (av, av_clamp9 (x));
 }
 
+/* AV floats from AV bfloat16 values; one from one */
+static inline av
+av_load16 (const uint16_t *p)
+{
+#if AV == 16 && defined (__AVX512F__)
+  return (av) _mm512_castsi512_ps (_mm512_slli_epi32 (_mm512_cvtepu16_epi32 (_mm256_loadu_si256 ((const __m256i *) p)), 16));
+#elif AV == 8 && defined (__AVX2__)
+  return (av) _mm256_castsi256_ps (_mm256_slli_epi32 (_mm256_cvtepu16_epi32 (_mm_loadu_si128 ((const __m128i *) p)), 16));
+#else
+  av x;
+  for (int l = 0; l < AV; l++) {
+    uint32_t u = (uint32_t) p[l] << 16;
+    memcpy ((float *) &x + l, &u, sizeof u);
+  }
+  return x;
+#endif
+}
+
+static inline float
+bf16_float (uint16_t b)
+{
+  uint32_t u = (uint32_t) b << 16;
+  float f;
+  memcpy (&f, &u, sizeof f);
+  return f;
+}
+
+/* element j of a row of keys or values, single precision or (b16) bfloat16 */
+#define AA_LOAD(p, j, b16) ((b16) ? av_load16 ((const uint16_t *) (p) + (j)) : av_load ((const float *) (p) + (j)))
+#define AA_ONE(p, j, b16) ((b16) ? bf16_float (((const uint16_t *) (p))[j]) : ((const float *) (p))[j])
+
 static inline float
 av_sum (av x)
 {
@@ -147,16 +181,36 @@ av_sum (av x)
   return s;
 }
 
+/* a . h over n, h single precision or (b16) bfloat16: the same sums in the
+ * same order either way (a vectoriser's reduction over 16-bit values may
+ * pick other lanes) */
+static inline __attribute__ ((always_inline)) float
+aa_dot (int n, const float *restrict a, const void *restrict h, gboolean b16)
+{
+  av s0 = { 0 }, s1 = { 0 };
+  int j = 0;
+  for (; j + 2 * AV <= n; j += 2 * AV) {
+    s0 += av_load (a + j) * AA_LOAD (h, j, b16);
+    s1 += av_load (a + j + AV) * AA_LOAD (h, j + AV, b16);
+  }
+  for (; j + AV <= n; j += AV)
+    s0 += av_load (a + j) * AA_LOAD (h, j, b16);
+  float s = av_sum (s0 + s1);
+  for (; j < n; j++)
+    s += a[j] * AA_ONE (h, j, b16);
+  return s;
+}
+
 /* e = v . tanh(k + q + w c), w NULL for no coverage term: two vectors of
  * features a pass, so two chains of sums are in flight. */
 static inline __attribute__ ((always_inline)) float
-aa_energy (int A, const float *restrict k, const float *restrict q, const float *restrict v,
-           const float *restrict w, float c)
+aa_energy_any (int A, const void *restrict k, gboolean b16, const float *restrict q, const float *restrict v,
+               const float *restrict w, float c)
 {
   av e0 = { 0 }, e1 = { 0 };
   int j = 0;
   for (; j + 2 * AV <= A; j += 2 * AV) {
-    av x0 = av_load (k + j) + av_load (q + j), x1 = av_load (k + j + AV) + av_load (q + j + AV);
+    av x0 = AA_LOAD (k, j, b16) + av_load (q + j), x1 = AA_LOAD (k, j + AV, b16) + av_load (q + j + AV);
     if (w) {
       x0 += av_load (w + j) * c;
       x1 += av_load (w + j + AV) * c;
@@ -165,15 +219,22 @@ aa_energy (int A, const float *restrict k, const float *restrict q, const float 
     e1 += av_load (v + j + AV) * av_tanh (x1);
   }
   for (; j + AV <= A; j += AV) {
-    av x = av_load (k + j) + av_load (q + j);
+    av x = AA_LOAD (k, j, b16) + av_load (q + j);
     if (w)
       x += av_load (w + j) * c;
     e0 += av_load (v + j) * av_tanh (x);
   }
   float e = av_sum (e0 + e1);
   for (; j < A; j++)
-    e += v[j] * psm_fast_tanhf (k[j] + q[j] + (w ? w[j] * c : 0.0f));
+    e += v[j] * psm_fast_tanhf (AA_ONE (k, j, b16) + q[j] + (w ? w[j] * c : 0.0f));
   return e;
+}
+
+static inline __attribute__ ((always_inline)) float
+aa_energy (int A, const float *restrict k, const float *restrict q, const float *restrict v,
+           const float *restrict w, float c)
+{
+  return aa_energy_any (A, k, FALSE, q, v, w, c);
 }
 
 #define AA_AHEAD 2   /* positions prefetched ahead */
@@ -278,7 +339,7 @@ psm_additive_attention (PsmGraph *g, PsmTensor *keys, PsmTensor *query, PsmTenso
   int gk = 0, gv = 0;
   const float *Kc = out->grad ? NULL : psm_graph_repeat_of (g, Kd, &gk);
   const float *Hc = out->grad ? NULL : psm_graph_repeat_of (g, hd, &gv);
-  AddAttnSaved lay = { NULL, NULL, Kd, hd, keys->grad, values->grad, (size_t) B * A, A, (size_t) B * H, H };
+  AddAttnSaved lay = { NULL, NULL, Kd, hd, keys->grad, values->grad, (size_t) B * A, A, (size_t) B * H, H, NULL, NULL };
   PsmBatchMajor *kbm = NULL, *hbm = NULL;
   if (Kc && Hc && gk == gv && gk > 1 && B % gk == 0 && R == B) {
     attn_forward_grouped (T, B, gk, A, H, Kc, qd, vd, wc, cov, Hc, mask, a, ctx);
@@ -291,12 +352,14 @@ psm_additive_attention (PsmGraph *g, PsmTensor *keys, PsmTensor *query, PsmTenso
     hbm = NULL;
   if (kbm) {
     lay.K = kbm->bm;
+    lay.K16 = kbm->bm16;
     lay.dK = NULL;   /* the copy's, below */
     lay.kps = A;
     lay.krs = (size_t) T * A;
   }
   if (hbm) {
     lay.H = hbm->bm;
+    lay.H16 = hbm->bm16;
     lay.dH = NULL;
     lay.hps = H;
     lay.hrs = (size_t) T * H;
@@ -305,16 +368,25 @@ psm_additive_attention (PsmGraph *g, PsmTensor *keys, PsmTensor *query, PsmTenso
   for (int b = 0; b < R; b++) {
     float *ab = a + (size_t) b * T, *cb = ctx + (size_t) b * H;
     const float *qb = qd + (size_t) b * A, *Kr = lay.K + b * lay.krs, *Hr = lay.H + b * lay.hrs;
+    const uint16_t *K16r = lay.K16 ? lay.K16 + b * lay.krs : NULL, *H16r = lay.H16 ? lay.H16 + b * lay.hrs : NULL;
     float m = -INFINITY;
     for (int i = 0; i < T; i++) {
       if (mask && mask[(size_t) i * B + b] == 0.0f) {
         ab[i] = -INFINITY;
         continue;
       }
-      const float *k = Kr + i * lay.kps;
-      if (i + AA_AHEAD < T)
-        prefetch_row (k + AA_AHEAD * lay.kps, A, FALSE);
-      float e = wc ? aa_energy (A, k, qb, vd, wc, cov[(size_t) b * T + i]) : aa_energy (A, k, qb, vd, NULL, 0.0f);
+      float e, c = wc ? cov[(size_t) b * T + i] : 0.0f;
+      if (K16r) {
+        const uint16_t *k = K16r + i * lay.kps;
+        if (i + AA_AHEAD < T)
+          prefetch_row ((const float *) (k + AA_AHEAD * lay.kps), A / 2, FALSE);
+        e = wc ? aa_energy_any (A, k, TRUE, qb, vd, wc, c) : aa_energy_any (A, k, TRUE, qb, vd, NULL, 0.0f);
+      } else {
+        const float *k = Kr + i * lay.kps;
+        if (i + AA_AHEAD < T)
+          prefetch_row (k + AA_AHEAD * lay.kps, A, FALSE);
+        e = wc ? aa_energy (A, k, qb, vd, wc, c) : aa_energy (A, k, qb, vd, NULL, 0.0f);
+      }
       ab[i] = e;
       m = MAX (m, e);
     }
@@ -329,15 +401,23 @@ psm_additive_attention (PsmGraph *g, PsmTensor *keys, PsmTensor *query, PsmTenso
     float inv = (float) (1.0 / s);
     for (int i = 0; i < T; i++) {
       if (i + AA_AHEAD < T)
-        prefetch_row (Hr + (i + AA_AHEAD) * lay.hps, H, FALSE);
+        prefetch_row (H16r ? (const float *) (H16r + (i + AA_AHEAD) * lay.hps) : Hr + (i + AA_AHEAD) * lay.hps,
+                      H16r ? H / 2 : H, FALSE);
       ab[i] = ab[i] == -INFINITY ? 0.0f : expf (ab[i] - m) * inv;
       if (ab[i] == 0.0f)
         continue;
-      const float *h = Hr + i * lay.hps;
       float w = ab[i];
+      if (H16r) {
+        const uint16_t *h = H16r + i * lay.hps;
 #pragma omp simd
-      for (int j = 0; j < H; j++)
-        cb[j] += w * h[j];
+        for (int j = 0; j < H; j++)
+          cb[j] += w * bf16_float (h[j]);
+      } else {
+        const float *h = Hr + i * lay.hps;
+#pragma omp simd
+        for (int j = 0; j < H; j++)
+          cb[j] += w * h[j];
+      }
     }
   }
 done:;
@@ -373,36 +453,37 @@ done:;
  * A 512). n < AA_BLOCK pads the block with positions of gradient 0 whose
  * keys are zeros and whose dK goes to scratch; each position's coverage
  * gradient is its own sum, so padding changes no result. */
-static void
-attn_backward_block (int n, const int *pos, const float *dei, int A, const float *Kr, float *dKr, size_t kps,
-                     float *dk_scratch, const float *zeros, const float *restrict qb, const float *restrict vd,
-                     const float *restrict wc, const float *covb, int T, float *restrict dv, float *restrict dq,
-                     float *restrict dwc, float *dcov)
+static inline __attribute__ ((always_inline)) void
+attn_backward_block_any (int n, const int *pos, const float *dei, int A, const void *Kr, gboolean b16, float *dKr,
+                         size_t kps, float *dk_scratch, const float *zeros, const float *restrict qb,
+                         const float *restrict vd, const float *restrict wc, const float *covb, int T,
+                         float *restrict dv, float *restrict dq, float *restrict dwc, float *dcov)
 {
-  const float *k[AA_BLOCK];
+  const size_t esz = b16 ? sizeof (uint16_t) : sizeof (float);   /* of a key */
+  const char *k[AA_BLOCK];
   float *dk[AA_BLOCK], c[AA_BLOCK], e[AA_BLOCK];
   for (int r = 0; r < AA_BLOCK; r++) {
     gboolean real = r < n;
     size_t at = real ? pos[r] * kps : 0;
-    k[r] = real ? Kr + at : zeros;
+    k[r] = real ? (const char *) Kr + at * esz : (const char *) zeros;   /* zeros either way */
     dk[r] = real && dKr ? dKr + at : dk_scratch + (size_t) r * A;
     c[r] = real && covb ? covb[pos[r]] : 0.0f;
     e[r] = real ? dei[r] : 0.0f;
   }
   for (int i = pos[n - 1] + 1; i <= pos[n - 1] + AA_BLOCK && i < T; i++) {   /* the next block, likely */
-    prefetch_row (Kr + i * kps, A, FALSE);
+    prefetch_row ((const float *) ((const char *) Kr + i * kps * esz), (int) (A * esz / sizeof (float)), FALSE);
     if (dKr)
       prefetch_row (dKr + i * kps, A, TRUE);
   }
-  const float *restrict k0 = k[0], *restrict k1 = k[1], *restrict k2 = k[2], *restrict k3 = k[3];
+  const void *restrict k0 = k[0], *restrict k1 = k[1], *restrict k2 = k[2], *restrict k3 = k[3];
   float *restrict d0 = dk[0], *restrict d1 = dk[1], *restrict d2 = dk[2], *restrict d3 = dk[3];
   float c0 = c[0], c1 = c[1], c2 = c[2], c3 = c[3], e0 = e[0], e1 = e[1], e2 = e[2], e3 = e[3];
   av vs0 = { 0 }, vs1 = { 0 }, vs2 = { 0 }, vs3 = { 0 };
   int j = 0;
   for (; j + AV <= A; j += AV) {
     av q = av_load (qb + j), w = av_load (wc + j), v = av_load (vd + j);
-    av z0 = av_tanh (av_load (k0 + j) + q + w * c0), z1 = av_tanh (av_load (k1 + j) + q + w * c1);
-    av z2 = av_tanh (av_load (k2 + j) + q + w * c2), z3 = av_tanh (av_load (k3 + j) + q + w * c3);
+    av z0 = av_tanh (AA_LOAD (k0, j, b16) + q + w * c0), z1 = av_tanh (AA_LOAD (k1, j, b16) + q + w * c1);
+    av z2 = av_tanh (AA_LOAD (k2, j, b16) + q + w * c2), z3 = av_tanh (AA_LOAD (k3, j, b16) + q + w * c3);
     av p0 = e0 * v * (1.0f - z0 * z0), p1 = e1 * v * (1.0f - z1 * z1);
     av p2 = e2 * v * (1.0f - z2 * z2), p3 = e3 * v * (1.0f - z3 * z3);
     av_store (d0 + j, av_load (d0 + j) + p0);
@@ -420,8 +501,8 @@ attn_backward_block (int n, const int *pos, const float *dei, int A, const float
   float s0 = av_sum (vs0), s1 = av_sum (vs1), s2 = av_sum (vs2), s3 = av_sum (vs3);
   for (; j < A; j++) {   /* the features past the last whole vector */
     float q = qb[j], w = wc[j], v = vd[j];
-    float z0 = psm_fast_tanhf (k0[j] + q + w * c0), z1 = psm_fast_tanhf (k1[j] + q + w * c1);
-    float z2 = psm_fast_tanhf (k2[j] + q + w * c2), z3 = psm_fast_tanhf (k3[j] + q + w * c3);
+    float z0 = psm_fast_tanhf (AA_ONE (k0, j, b16) + q + w * c0), z1 = psm_fast_tanhf (AA_ONE (k1, j, b16) + q + w * c1);
+    float z2 = psm_fast_tanhf (AA_ONE (k2, j, b16) + q + w * c2), z3 = psm_fast_tanhf (AA_ONE (k3, j, b16) + q + w * c3);
     float p0 = e0 * v * (1.0f - z0 * z0), p1 = e1 * v * (1.0f - z1 * z1);
     float p2 = e2 * v * (1.0f - z2 * z2), p3 = e3 * v * (1.0f - z3 * z3);
     d0[j] += p0;
@@ -441,6 +522,27 @@ attn_backward_block (int n, const int *pos, const float *dei, int A, const float
     for (int r = 0; r < n; r++)
       dcov[pos[r]] += s[r];
   }
+}
+
+/* the block over keys in single precision, and over their bfloat16 copy */
+static void
+attn_backward_block (int n, const int *pos, const float *dei, int A, const float *Kr, float *dKr, size_t kps,
+                     float *dk_scratch, const float *zeros, const float *restrict qb, const float *restrict vd,
+                     const float *restrict wc, const float *covb, int T, float *restrict dv, float *restrict dq,
+                     float *restrict dwc, float *dcov)
+{
+  attn_backward_block_any (n, pos, dei, A, Kr, FALSE, dKr, kps, dk_scratch, zeros, qb, vd, wc, covb, T, dv, dq, dwc,
+                           dcov);
+}
+
+static void
+attn_backward_block16 (int n, const int *pos, const float *dei, int A, const uint16_t *Kr, float *dKr, size_t kps,
+                       float *dk_scratch, const float *zeros, const float *restrict qb, const float *restrict vd,
+                       const float *restrict wc, const float *covb, int T, float *restrict dv, float *restrict dq,
+                       float *restrict dwc, float *dcov)
+{
+  attn_backward_block_any (n, pos, dei, A, Kr, TRUE, dKr, kps, dk_scratch, zeros, qb, vd, wc, covb, T, dv, dq, dwc,
+                           dcov);
 }
 
 void
@@ -470,20 +572,16 @@ psm_additive_attention_backward (PsmNode *nd)
   for (int b = 0; b < R; b++) {
     const float *ab = a + (size_t) b * T, *dcb = dctx + (size_t) b * H, *qb = qd + (size_t) b * A;
     const float *Hr = sv->H + b * sv->hrs, *Kr = sv->K + b * sv->krs;
+    const uint16_t *H16r = sv->H16 ? sv->H16 + b * sv->hrs : NULL, *K16r = sv->K16 ? sv->K16 + b * sv->krs : NULL;
     float *de = de_all + (size_t) b * T;
     double dot = 0.0;
     for (int i = 0; i < T; i++) {
       float d = da[(size_t) b * T + i];
       if (i + AA_AHEAD < T)
-        prefetch_row (Hr + (i + AA_AHEAD) * sv->hps, H, FALSE);
-      if (ab[i] != 0.0f) {
-        const float *h = Hr + i * sv->hps;
-        float s = 0.0f;
-#pragma omp simd reduction (+:s)
-        for (int j = 0; j < H; j++)
-          s += dcb[j] * h[j];
-        d += s;
-      }
+        prefetch_row (H16r ? (const float *) (H16r + (i + AA_AHEAD) * sv->hps) : Hr + (i + AA_AHEAD) * sv->hps,
+                      H16r ? H / 2 : H, FALSE);
+      if (ab[i] != 0.0f)
+        d += H16r ? aa_dot (H, dcb, H16r + i * sv->hps, TRUE) : aa_dot (H, dcb, Hr + i * sv->hps, FALSE);
       de[i] = d;
       dot += (double) ab[i] * d;
     }
@@ -515,9 +613,14 @@ psm_additive_attention_backward (PsmNode *nd)
       }
       if (nb == 0)
         break;
-      attn_backward_block (nb, blk, dei_blk, A, Kr, sv->dK ? sv->dK + b * sv->krs : NULL, sv->kps, dk_scratch, zeros,
-                           qb, vd, wcv, cov ? cov + (size_t) b * T : NULL, T, dv, dq, dwc,
-                           coverage && coverage->grad ? coverage->grad + (size_t) b * T : NULL);
+      float *dKr = sv->dK ? sv->dK + b * sv->krs : NULL, *dcov = coverage && coverage->grad ? coverage->grad + (size_t) b * T : NULL;
+      const float *covb = cov ? cov + (size_t) b * T : NULL;
+      if (K16r)
+        attn_backward_block16 (nb, blk, dei_blk, A, K16r, dKr, sv->kps, dk_scratch, zeros, qb, vd, wcv, covb, T, dv, dq,
+                               dwc, dcov);
+      else
+        attn_backward_block (nb, blk, dei_blk, A, Kr, dKr, sv->kps, dk_scratch, zeros, qb, vd, wcv, covb, T, dv, dq,
+                             dwc, dcov);
       nb = 0;
     }
   }
@@ -604,10 +707,15 @@ psm_attention_batch_major (PsmGraph *g, PsmTensor *x)
       psm_graph_batch_major (g, x->data, T, B, C))
     return;
   float *bm = psm_graph_alloc (g, (size_t) T * B * C * sizeof (float));
+  uint16_t *bm16 = psm_graph_bf16_train (g) ? psm_graph_alloc (g, (size_t) T * B * C * sizeof (uint16_t)) : NULL;
 #pragma omp parallel for if ((long) T * B * C >= 32768) schedule (static)
   for (int b = 0; b < B; b++)
-    for (int i = 0; i < T; i++)
-      memcpy (bm + ((size_t) b * T + i) * C, x->data + ((size_t) i * B + b) * C, C * sizeof (float));
+    for (int i = 0; i < T; i++) {
+      const float *src = x->data + ((size_t) i * B + b) * C;
+      memcpy (bm + ((size_t) b * T + i) * C, src, C * sizeof (float));
+      if (bm16)
+        psm_bf16_round_bits (C, src, bm16 + ((size_t) b * T + i) * C);
+    }
   /* recorded after the copy, so that a profile counts the copy as this op's */
   PsmTensor *in[1] = { x };
   PsmNode *nd = psm_graph_record (g, PSM_OP_BATCH_MAJOR, psm_tensor_view (g, x, 0, 3, x->shape), 1, in);
@@ -619,6 +727,7 @@ psm_attention_batch_major (PsmGraph *g, PsmTensor *x)
   e->B = B;
   e->C = C;
   e->bm = bm;
+  e->bm16 = bm16;
   nd->saved = e;
 }
 

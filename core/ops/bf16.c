@@ -64,6 +64,14 @@ psm_bf16_round (float f)
   return r;
 }
 
+void
+psm_bf16_round_bits (size_t n, const float *x, uint16_t *out)
+{
+#pragma omp simd
+  for (size_t i = 0; i < n; i++)
+    out[i] = bf16_bits (x[i]);
+}
+
 static gboolean amx_ok;
 gboolean psm_bf16_amx = TRUE;
 
