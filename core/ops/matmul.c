@@ -476,7 +476,7 @@ psm_linear_bf16_backward (PsmNode *n)
  * and each row's log-sum-exp, and returns z[r, t_r] - lse_r. The scores
  * have no gradient tensor: the backward makes dz = d_r (e_{t_r} -
  * exp (z_r - lse_r)) as it rounds dz for dz W^T and x^T dz (on AMX a
- * block of 32 columns at a time, never stored in single precision), where
+ * row's band of columns at a time, never stored whole), where
  * the two ops would zero dz, add pick_log_softmax's gradient into it and
  * read it back to round it: at the 2 x 650 LM's 3,200 x 10,000 scores,
  * three passes over 128 MB an update fewer (BENCHMARKS.md d). */

@@ -130,7 +130,8 @@ sm_loss (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const Ps
   PsmTensor *lp = psm_linear_pick_log_softmax (g, pre_logits (s, g, p, out->state, out->context, rows, n),
                                                psm_param (g, p, s->w_o), psm_param (g, p, s->b_o), t);
   int32_t *col0 = psm_arena_alloc (psm_graph_arena (g), (size_t) MAX (n, 1) * sizeof (int32_t));
-  memset (col0, 0, (size_t) MAX (n, 1) * sizeof (int32_t));
+  for (int r = 0; r < n; r++)
+    col0[r] = t[r] >= 0 ? 0 : -1;   /* a row without a target counts nowhere, as in psm_cross_entropy */
   return psm_nll (g, lp, col0, w);
 }
 
