@@ -141,7 +141,16 @@ av_tanh (av x)
   return PSM_TANH_RATIONAL (av, av_clamp9 (x));
 }
 
-/* AV floats from AV bfloat16 values; one from one */
+/* a float from a bfloat16 value; AV floats from AV of them */
+static inline float
+bf16_float (uint16_t b)
+{
+  uint32_t u = (uint32_t) b << 16;
+  float f;
+  memcpy (&f, &u, sizeof f);
+  return f;
+}
+
 static inline av
 av_load16 (const uint16_t *p)
 {
@@ -150,22 +159,11 @@ av_load16 (const uint16_t *p)
 #elif AV == 8 && defined (__AVX2__)
   return (av) _mm256_castsi256_ps (_mm256_slli_epi32 (_mm256_cvtepu16_epi32 (_mm_loadu_si128 ((const __m128i *) p)), 16));
 #else
-  av x;
-  for (int l = 0; l < AV; l++) {
-    uint32_t u = (uint32_t) p[l] << 16;
-    memcpy ((float *) &x + l, &u, sizeof u);
-  }
+  av x = { 0 };
+  for (int l = 0; l < AV; l++)
+    x[l] = bf16_float (p[l]);
   return x;
 #endif
-}
-
-static inline float
-bf16_float (uint16_t b)
-{
-  uint32_t u = (uint32_t) b << 16;
-  float f;
-  memcpy (&f, &u, sizeof f);
-  return f;
 }
 
 /* element j of a row of keys or values, single precision or (b16) bfloat16 */
