@@ -112,6 +112,7 @@ struct PsmGraph {
   gboolean grad;
   PsmProfile *prof;
   GPtrArray *deferred;   /* PsmDeferredValues *, until the next reset */
+  GPtrArray *dweights;   /* PsmDeferredWeight *, until the next reset */
   GPtrArray *bmajor;     /* PsmBatchMajor * (in the arena), until the next reset */
   gboolean no_bmajor;    /* psm_graph_set_batch_major (g, FALSE) */
   const float *const_lo[4];   /* parameter blocks: [lo, hi) */
@@ -225,6 +226,8 @@ psm_graph_free (PsmGraph *g)
   g_free (g->nodes);
   if (g->deferred)
     g_ptr_array_unref (g->deferred);
+  if (g->dweights)
+    g_ptr_array_unref (g->dweights);
   if (g->bmajor)
     g_ptr_array_unref (g->bmajor);
   psm_graph_clear_packed (g);
@@ -250,6 +253,8 @@ psm_graph_reset (PsmGraph *g)
   psm_graph_phase (g, PSM_PHASE_OTHER);
   if (g->deferred)
     g_ptr_array_set_size (g->deferred, 0);
+  if (g->dweights)
+    g_ptr_array_set_size (g->dweights, 0);
   if (g->bmajor)
     g_ptr_array_set_size (g->bmajor, 0);
   /* stale until asked for again, when they are packed anew into the same
@@ -493,6 +498,41 @@ psm_graph_add_deferred_values (PsmGraph *g, const float *grad)
   d->steps = g_array_new (FALSE, FALSE, sizeof (const float *));
   d->rows = g_array_new (FALSE, FALSE, sizeof (int));
   g_ptr_array_add (g->deferred, d);
+  return d;
+}
+
+static void
+dweight_free (gpointer p)
+{
+  PsmDeferredWeight *d = p;
+  g_array_unref (d->rows);
+  g_free (d);
+}
+
+PsmDeferredWeight *
+psm_graph_deferred_weight (PsmGraph *g, PsmTensor *w)
+{
+  if (!w->grad || !g->grad)
+    return NULL;
+  for (guint i = 0; g->dweights && i < g->dweights->len; i++) {
+    PsmDeferredWeight *d = g_ptr_array_index (g->dweights, i);
+    if (d->grad == w->grad)
+      return d;
+  }
+  /* the node first, so that its backward runs after every product's */
+  PsmTensor *in[1] = { w };
+  PsmNode *nd = psm_graph_record (g, PSM_OP_DEFER_WEIGHT, psm_tensor_view (g, w, 0, w->ndim, w->shape), 1, in);
+  if (!nd)
+    return NULL;
+  if (!g->dweights)
+    g->dweights = g_ptr_array_new_with_free_func (dweight_free);
+  PsmDeferredWeight *d = g_new0 (PsmDeferredWeight, 1);
+  d->grad = w->grad;
+  d->K = w->shape[0];
+  d->N = w->shape[1];
+  d->rows = g_array_new (FALSE, FALSE, sizeof (PsmDeferredRows));
+  g_ptr_array_add (g->dweights, d);
+  nd->saved = d;
   return d;
 }
 

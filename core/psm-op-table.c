@@ -31,6 +31,7 @@ const PsmOpInfo psm_op_table[PSM_OP_COUNT] = {
   [PSM_OP_LSTM_CELL] = { "lstm_cell", psm_lstm_cell_backward },
   [PSM_OP_LSTM_SEQ] = { "lstm_seq", psm_lstm_seq_backward },
   [PSM_OP_DEFER_VALUES] = { "defer_values", psm_defer_values_backward },
+  [PSM_OP_DEFER_WEIGHT] = { "defer_weight", psm_defer_weight_backward },
   [PSM_OP_BATCH_MAJOR] = { "batch_major", psm_batch_major_backward },
   [PSM_OP_EMBEDDING_LINEAR] = { "embedding_linear", psm_embedding_linear_backward },
   [PSM_OP_DROPOUT_LINEAR] = { "dropout_linear", psm_dropout_linear_backward },

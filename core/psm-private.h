@@ -59,6 +59,7 @@ typedef enum {
   PSM_OP_SCATTER_ROWS,
   PSM_OP_LINEAR_BF16,
   PSM_OP_LINEAR_PICK_LOG_SOFTMAX,
+  PSM_OP_DEFER_WEIGHT,
   PSM_OP_COUNT
 } PsmOpKind;
 
@@ -172,6 +173,25 @@ typedef struct {
 void psm_defer_values_grad (PsmGraph *g, PsmTensor *values);
 PsmDeferredValues *psm_graph_deferred_values (PsmGraph *g, const float *grad);
 PsmDeferredValues *psm_graph_add_deferred_values (PsmGraph *g, const float *grad);
+
+/* Deferred weight gradients (core/ops/matmul.c). A decoder's product x W
+ * on its B rows of one step adds x^T dy to W's gradient in the backward: a
+ * product of B terms (16 for See et al.'s model) that reads and writes all
+ * of dW every step. For a parameter W (psm_graph_is_const) used so on a
+ * training graph, psm_linear notes each step's (x, dy) instead, and the
+ * node psm_graph_deferred_weight records before W's first such product,
+ * whose backward runs after all of theirs, adds the sum over the steps as
+ * one product: dW += X^T DY, X and DY the noted rows stacked. */
+typedef struct {
+  const float *x, *dy;
+  int R;
+} PsmDeferredRows;
+typedef struct {
+  float *grad;           /* W's gradient [K, N]: the key */
+  int K, N;
+  GArray *rows;          /* PsmDeferredRows */
+} PsmDeferredWeight;
+PsmDeferredWeight *psm_graph_deferred_weight (PsmGraph *g, PsmTensor *w);
 
 /* Batch-major copies for the attention (core/ops/attention.c). Every decoder
  * step's attention reads each example's keys and annotations at all T
@@ -379,6 +399,7 @@ PSM_DECLARE_BACKWARD (gru_seq);
 PSM_DECLARE_BACKWARD (lstm_cell);
 PSM_DECLARE_BACKWARD (lstm_seq);
 PSM_DECLARE_BACKWARD (defer_values);
+PSM_DECLARE_BACKWARD (defer_weight);
 PSM_DECLARE_BACKWARD (batch_major);
 PSM_DECLARE_BACKWARD (attend);
 PSM_DECLARE_BACKWARD (additive_attention);

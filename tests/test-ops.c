@@ -254,6 +254,70 @@ START_TEST (test_packed_weights)
 }
 END_TEST
 
+/* Deferred weight gradients (psm-private.h): a decoder-like recurrence of
+ * three steps, x_t = h_(t-1) (x_0 given), xp = x_t W_x + b, (h, c) =
+ * lstm_cell (xp, h, c, W_h), on few rows with W_x and W_h parameters of the
+ * graph, so both ops note their rows and the two defer_weight nodes add
+ * dW over the steps at the end: finite differences for every input, and
+ * the gradients against the same graph without the parameters marked
+ * (each step adding its own x^T dy). */
+static PsmTensor *
+f_deferred (PsmGraph *g, void *ud)
+{
+  Case *c = ud;
+  int B = c->shape[0][0], H = c->shape[0][1];
+  if (c->which) {
+    psm_graph_const_range (g, c->x[1], n_of (c, 1));
+    psm_graph_const_range (g, c->x[3], n_of (c, 3));
+  }
+  PsmTensor *x = in (g, c, 0), *h = in (g, c, 4), *cs = in (g, c, 5), *hc = NULL;
+  int sh[2] = { B, H };
+  for (int t = 0; t < 3; t++) {
+    PsmTensor *xp = psm_linear (g, x, in (g, c, 1), in (g, c, 2));
+    hc = psm_lstm_cell (g, xp, h, cs, in (g, c, 3), NULL);
+    h = psm_tensor_view (g, hc, 0, 2, sh);
+    cs = psm_tensor_view (g, hc, (size_t) B * H, 2, sh);
+    x = h;
+  }
+  return psm_test_project (g, hc);
+}
+
+START_TEST (test_deferred_weight)
+{
+  PsmRng rng;
+  psm_rng_seed (&rng, 77);
+  int B = 4, H = 10;
+  Case c = { 0 };
+  alloc_in (&c, 0, 2, B, H, 0, &rng, 1.0f);
+  alloc_in (&c, 1, 2, H, 4 * H, 0, &rng, 0.5f);
+  alloc_in (&c, 2, 1, 4 * H, 0, 0, &rng, 0.5f);
+  alloc_in (&c, 3, 2, H, 4 * H, 0, &rng, 0.5f);
+  alloc_in (&c, 4, 2, B, H, 0, &rng, 1.0f);
+  alloc_in (&c, 5, 2, B, H, 0, &rng, 1.0f);
+  float *gr[2][6];
+  for (int v = 0; v < 2; v++) {   /* 0: nothing deferred, 1: W_x and W_h deferred */
+    c.which = v;
+    for (int k = 0; k < 6; k++)
+      memset (c.gx[k], 0, n_of (&c, k) * sizeof (float));
+    PsmGraph *g = psm_graph_new ();
+    psm_backward (g, f_deferred (g, &c));
+    psm_graph_free (g);
+    for (int k = 0; k < 6; k++)
+      gr[v][k] = g_memdup2 (c.gx[k], n_of (&c, k) * sizeof (float));
+  }
+  for (int k = 0; k < 6; k++) {
+    for (size_t i = 0; i < n_of (&c, k); i++)
+      ck_assert_msg (fabsf (gr[1][k][i] - gr[0][k][i]) <= 1e-5f * (1 + fabsf (gr[0][k][i])),
+                     "deferred weight gradients: d%d[%zu] = %g, %g without deferral", k, i, gr[1][k][i], gr[0][k][i]);
+    g_free (gr[0][k]);
+    g_free (gr[1][k]);
+  }
+  c.which = 1;
+  check_all ("linear + lstm_cell, weights deferred", f_deferred, &c, 6, 5e-3f);
+  free_case (&c);
+}
+END_TEST
+
 START_TEST (test_linear)
 {
   PsmRng rng;
@@ -1273,6 +1337,59 @@ check_lstm_seq_bf16_train (gboolean rev)
     g_free (out[v]);
   free_case (&c);
 }
+
+/* psm_linear_pick_log_softmax on a single-precision training graph, one op
+ * since it writes the scores' gradient over the scores: finite differences
+ * for x, W and b (targets < 0 included: their rows give nothing), and a
+ * second backward over the same graph, which must make the scores again
+ * (the first wrote their gradient over them): there the loss's gradient is
+ * 2 and y's accumulates to 3 times the first's, so x, W and b get 3 times
+ * their first gradients more. Its results against the pair's, to the bit:
+ * check_linear_pick_bf16_train. */
+static PsmTensor *
+f_linear_pick (PsmGraph *g, void *ud)
+{
+  Case *c = ud;
+  static int32_t col0[128];
+  static float wt[128];
+  int R = c->shape[0][0];
+  g_assert (R <= 128);
+  for (int r = 0; r < R; r++) {
+    c->ids[r] = r % 4 == 3 ? -1 : (r * 37 + 5) % c->shape[1][1];
+    col0[r] = c->ids[r] < 0 ? -1 : 0;   /* a row without a target counts nowhere (the softmax head's way) */
+    wt[r] = 0.5f + 0.25f * (r % 3);
+  }
+  PsmTensor *y = psm_linear_pick_log_softmax (g, in (g, c, 0), in (g, c, 1), in (g, c, 2), c->ids);
+  return psm_nll (g, y, col0, wt);
+}
+
+START_TEST (test_linear_pick_log_softmax)
+{
+  PsmRng rng;
+  int R = 70, K = 9, N = 23;   /* more rows than the packed path takes */
+  Case c = { 0 };
+  linear_case (&c, R, K, N, 91, &rng);
+  check_all ("linear_pick_log_softmax", f_linear_pick, &c, 3, 1e-2f);
+  float *once[3];
+  for (int k = 0; k < 3; k++)
+    memset (c.gx[k], 0, n_of (&c, k) * sizeof (float));
+  PsmGraph *g = psm_graph_new ();
+  PsmTensor *loss = f_linear_pick (g, &c);
+  psm_backward (g, loss);
+  for (int k = 0; k < 3; k++)
+    once[k] = g_memdup2 (c.gx[k], n_of (&c, k) * sizeof (float));
+  psm_backward (g, loss);
+  for (int k = 0; k < 3; k++) {
+    for (size_t i = 0; i < n_of (&c, k); i++)
+      ck_assert_msg (fabsf (c.gx[k][i] - 4.0f * once[k][i]) <= 1e-5f * fabsf (once[k][i]) + 1e-7f,
+                     "linear_pick_log_softmax: a second backward gave d%d[%zu] = %g, want %g", k, i, c.gx[k][i],
+                     4.0f * once[k][i]);
+    g_free (once[k]);
+  }
+  psm_graph_free (g);
+  free_case (&c);
+}
+END_TEST
 
 START_TEST (test_train_bf16)
 {
@@ -2854,6 +2971,8 @@ main (int argc, char **argv)
   tcase_add_test (tc, test_gemm_bf16);
   tcase_add_test (tc, test_recurrence_bf16);
   tcase_add_test (tc, test_train_bf16);
+  tcase_add_test (tc, test_linear_pick_log_softmax);
+  tcase_add_test (tc, test_deferred_weight);
   tcase_add_test (tc, test_packed_gemm_store);
   tcase_add_test (tc, test_gemm_thread_limit);
   tcase_add_test (tc, test_colsum);

@@ -55,12 +55,27 @@ lstm_row_forward_nosave (int H, const float *restrict gr, const float *restrict 
   }
 }
 
+/* psm_lstm_cell's node: the gates and tanh c' [B, 5H]; with W's gradient
+ * deferred (psm-private.h: a parameter W, no mask) the deferral and dG [B,
+ * 4H], which the backward makes in the graph's arena so that it outlives
+ * the node's backward */
+typedef struct {
+  float *sv;
+  PsmDeferredWeight *dw;
+  float *dG;
+} LstmCellSaved;
+
 PsmTensor *
 psm_lstm_cell (PsmGraph *g, PsmTensor *xp, PsmTensor *h, PsmTensor *c, PsmTensor *w, const float *mask)
 {
   int B = psm_tensor_rows (h), H = psm_tensor_cols (h);
   g_return_val_if_fail (psm_tensor_rows (xp) == B && psm_tensor_cols (xp) == 4 * H, NULL);
   g_return_val_if_fail (c->n == h->n && w->n == (size_t) H * 4 * H, NULL);
+  /* a decoder step's h W: W's gradient summed over the steps at the end
+   * (before this node is recorded, so that its node's backward runs after) */
+  PsmDeferredWeight *dw = !mask && w->grad && w->ndim == 2 && w->shape[0] == H && B <= PSM_PACKED_MAX_ROWS &&
+                          psm_graph_is_const (g, w->data)
+                          ? psm_graph_deferred_weight (g, w) : NULL;
   PsmTensor *in[4] = { xp, h, c, w };
   int shape[3] = { 2, B, H };
   PsmTensor *out = psm_op_out (g, 3, shape, 4, in);
@@ -123,7 +138,11 @@ psm_lstm_cell (PsmGraph *g, PsmTensor *xp, PsmTensor *h, PsmTensor *c, PsmTensor
     free (G);
   PsmNode *n = psm_graph_record (g, PSM_OP_LSTM_CELL, out, 4, in);
   if (n) {
-    n->saved = sv;
+    LstmCellSaved *s = psm_graph_alloc (g, sizeof *s);
+    s->sv = sv;
+    s->dw = dw;
+    s->dG = dw ? psm_graph_alloc (g, (size_t) MAX (B, 1) * 4 * H * sizeof (float)) : NULL;
+    n->saved = s;
     n->aux[0] = psm_graph_dup (g, mask, B * sizeof (float));
     if (packed && h->grad)   /* dh = dG W^T on W^T packed */
       n->aux[1] = psm_graph_packed (g, w->data, 4 * H, H, TRUE);
@@ -135,10 +154,12 @@ void
 psm_lstm_cell_backward (PsmNode *n)
 {
   PsmTensor *xp = n->in[0], *h = n->in[1], *c = n->in[2], *w = n->in[3], *out = n->out;
-  const float *mask = n->aux[0], *sv = n->saved;
+  const LstmCellSaved *ls = n->saved;
+  const float *mask = n->aux[0], *sv = ls->sv;
   int B = psm_tensor_rows (h), H = psm_tensor_cols (h);
   const float *dho = out->grad, *dco = out->grad + (size_t) B * H;
-  float *dG = psm_xmalloc0 ((size_t) B * 4 * H * sizeof (float), "LSTM gradients");
+  /* every row of dG written below when there is no mask (the deferred case) */
+  float *dG = ls->dG ? ls->dG : psm_xmalloc0 ((size_t) B * 4 * H * sizeof (float), "LSTM gradients");
   for (int b = 0; b < B; b++) {
     const float *dh = dho + (size_t) b * H, *dc = dco + (size_t) b * H;
     if (mask && mask[b] == 0.0f) {
@@ -166,8 +187,13 @@ psm_lstm_cell_backward (PsmNode *n)
   if (xp->grad)
     for (size_t i = 0; i < (size_t) B * 4 * H; i++)
       xp->grad[i] += dG[i];
-  psm_cell_recurrent_backward (B, H, 4 * H, mask, dG, h->data, w->data, n->aux[1], h->grad, w->grad);
-  free (dG);
+  psm_cell_recurrent_backward (B, H, 4 * H, mask, dG, h->data, w->data, n->aux[1], h->grad, ls->dw ? NULL : w->grad);
+  if (ls->dw && w->grad) {
+    PsmDeferredRows r = { h->data, dG, B };
+    g_array_append_val (ls->dw->rows, r);
+  }
+  if (!ls->dG)
+    free (dG);
 }
 
 /* ---- Whole sequences (psm_lstm_seq): the recurrence of psm_gru_seq's

@@ -484,6 +484,9 @@ typedef struct {
   float *z, *lse;
   int32_t *t;
   const void *wtp;   /* W^T packed for dx (NULL without x's gradient) */
+  gboolean fp32;     /* linear_pick_fp32's: z single precision, W in w */
+  const float *wp;   /* fp32: W packed, when z was made on the packed path */
+  gboolean dz;       /* fp32: z holds its gradient now (the backward ran) */
 } PickSaved;
 
 static PsmTensor *
@@ -517,9 +520,101 @@ linear_pick_bf16 (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b, const i
     sv->lse = lse;
     sv->t = psm_graph_dup (g, t, (size_t) R * sizeof (int32_t));
     sv->wtp = x->grad ? psm_graph_bf16_train_weight (g, w->data, N, K, TRUE) : NULL;
+    sv->fp32 = FALSE;
+    sv->wp = NULL;
+    sv->dz = FALSE;
     nd->saved = sv;
   }
   return y;
+}
+
+static void linear_store (int R, int K, int N, const float *x, const PsmTensor *w, const float *wp,
+                          const PsmTensor *b, float *y);
+
+/* ---- the same in single precision ----
+ * z = x W + b as psm_linear makes it (the packed path or one sgemm), kept
+ * without a gradient tensor; the backward writes dz = d_r (e_{t_r} -
+ * exp (z_r - lse_r)) over z itself, in the pass that reads it, and runs
+ * psm_linear's two products on it. The pair would zero a gradient as large
+ * as z in the forward and add into it in the backward: at See et al.'s
+ * 1,600 x 20,000 scores a step, 128 MB set to zero, read and written once
+ * more (BENCHMARKS.md c). The same sums in the same order as the pair, so
+ * the same results to the bit. Not for an embedding lookup's or a locked
+ * dropout's x, whose psm_linear paths differ (NULL: the caller uses the
+ * pair). */
+static PsmTensor *
+linear_pick_fp32 (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b, const int32_t *t)
+{
+  int R = psm_tensor_rows (x), K = psm_tensor_cols (x), N = w->shape[1];
+  const int32_t *ids;
+  size_t period;
+  if (R > PSM_PACKED_MAX_ROWS &&
+      (psm_graph_lookup_of (g, x->data, R, &ids) || psm_graph_dropout_of (g, x->data, x->n, &period)))
+    return NULL;
+  for (int r = 0; r < R; r++)
+    g_return_val_if_fail (t[r] < N, NULL);
+  PsmTensor *in[3] = { x, w, b };
+  int shape[2] = { R, 1 };
+  PsmTensor *y = psm_op_out (g, 2, shape, 3, in);
+  gboolean packed = use_packed (g, R, w);
+  float *z = psm_graph_alloc (g, (size_t) MAX (R, 1) * N * sizeof (float));
+  float *lse = psm_graph_alloc (g, (size_t) MAX (R, 1) * sizeof (float));
+  const float *wp = packed ? psm_graph_packed (g, w->data, K, N, FALSE) : NULL;
+  linear_store (R, K, N, x->data, w, wp, b, z);
+#pragma omp parallel for if ((size_t) R * N > 100000) schedule (static)
+  for (int r = 0; r < R; r++) {
+    const float *zr = z + (size_t) r * N;
+    lse[r] = psm_fast_logsumexpf (zr, N);
+    y->data[r] = t[r] >= 0 ? zr[t[r]] - lse[r] : -INFINITY;
+  }
+  PsmNode *nd = psm_graph_record (g, PSM_OP_LINEAR_PICK_LOG_SOFTMAX, y, 3, in);
+  if (nd) {
+    PickSaved *sv = psm_graph_alloc (g, sizeof *sv);
+    sv->z = z;
+    sv->lse = lse;
+    sv->t = psm_graph_dup (g, t, (size_t) R * sizeof (int32_t));
+    sv->wtp = packed && x->grad ? psm_graph_packed (g, w->data, N, K, TRUE) : NULL;
+    sv->fp32 = TRUE;
+    sv->wp = wp;
+    sv->dz = FALSE;
+    nd->saved = sv;
+  }
+  return y;
+}
+
+static void
+linear_pick_fp32_backward (PsmNode *n)
+{
+  PsmTensor *x = n->in[0], *w = n->in[1], *b = n->in[2];
+  PickSaved *sv = n->saved;
+  int R = psm_tensor_rows (x), K = psm_tensor_cols (x), N = w->shape[1];
+  float *z = sv->z;
+  const float *d = n->out->grad;
+  if (sv->dz)   /* a second backward over the graph: the scores again */
+    linear_store (R, K, N, x->data, w, sv->wp, b, z);
+  sv->dz = TRUE;
+#pragma omp parallel for if ((size_t) R * N > 100000) schedule (static)
+  for (int r = 0; r < R; r++) {
+    float *restrict zr = z + (size_t) r * N;
+    int tr = sv->t[r];
+    if (tr < 0 || d[r] == 0.0f) {
+      memset (zr, 0, N * sizeof (float));
+      continue;
+    }
+    float dr = d[r], l = sv->lse[r];
+#pragma omp simd
+    for (int j = 0; j < N; j++)
+      zr[j] = 0.0f - dr * psm_fast_expf (zr[j] - l);
+    zr[tr] += dr;
+  }
+  if (x->grad && sv->wtp)
+    psm_gemm_packed (R, K, N, z, N, sv->wtp, NULL, TRUE, x->grad, K);
+  else if (x->grad)
+    psm_gemm (FALSE, TRUE, R, K, N, 1.0f, z, N, w->data, N, 1.0f, x->grad, K);
+  if (w->grad)
+    psm_gemm (TRUE, FALSE, K, N, R, 1.0f, x->data, K, z, N, 1.0f, w->grad, N);
+  if (b && b->grad)
+    psm_colsum_add (R, N, z, b->grad);
 }
 
 void
@@ -527,6 +622,10 @@ psm_linear_pick_log_softmax_backward (PsmNode *n)
 {
   PsmTensor *x = n->in[0], *w = n->in[1], *b = n->in[2];
   const PickSaved *sv = n->saved;
+  if (sv->fp32) {
+    linear_pick_fp32_backward (n);
+    return;
+  }
   int R = psm_tensor_rows (x), K = psm_tensor_cols (x), N = w->shape[1];
   psm_linear_bf16_pick_grads (R, K, N, x->data, sv->z, sv->lse, sv->t, n->out->grad, sv->wtp,
                               sv->wtp ? x->grad : NULL, w->grad, b ? b->grad : NULL);
@@ -537,12 +636,67 @@ psm_linear_pick_log_softmax (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor 
 {
   g_return_val_if_fail (x && x->ndim >= 1 && w && w->ndim == 2 && targets, NULL);
   g_return_val_if_fail (w->shape[0] == psm_tensor_cols (x) && (!b || (int) b->n == w->shape[1]), NULL);
-  if ((x->grad || w->grad) && psm_graph_bf16_train (g)) {
-    PsmTensor *y = linear_pick_bf16 (g, x, w, b, targets);
+  if ((x->grad || w->grad) && psm_graph_grad_enabled (g)) {
+    PsmTensor *y = psm_graph_bf16_train (g) ? linear_pick_bf16 (g, x, w, b, targets)
+                                            : linear_pick_fp32 (g, x, w, b, targets);
     if (y)
       return y;
   }
   return psm_pick_log_softmax (g, psm_linear (g, x, w, b), targets);
+}
+
+/* psm_linear's node: W^T packed for dx (or NULL), W's deferred gradient
+ * (or NULL) */
+typedef struct {
+  const float *wtp;
+  PsmDeferredWeight *dw;
+} LinearSaved;
+
+/* The deferred weight gradient's node (psm-private.h): the noted rows of x
+ * and dy stacked, in the order of the steps' backward, and dW += X^T DY. */
+void
+psm_defer_weight_backward (PsmNode *nd)
+{
+  PsmDeferredWeight *d = nd->saved;
+  int S = (int) d->rows->len, K = d->K, N = d->N;
+  if (S == 0)
+    return;
+  const PsmDeferredRows *r = (const PsmDeferredRows *) (void *) d->rows->data;
+  size_t *at = g_new (size_t, S + 1);
+  at[0] = 0;
+  for (int s = 0; s < S; s++)
+    at[s + 1] = at[s] + r[s].R;
+  size_t M = at[S];
+  float *X = psm_xmalloc (MAX (M, 1) * K * sizeof (float), "deferred weight gradients");
+  float *DY = psm_xmalloc (MAX (M, 1) * N * sizeof (float), "deferred weight gradients");
+#pragma omp parallel for if (M * (size_t) (K + N) >= 262144) schedule (static)
+  for (int s = 0; s < S; s++) {
+    memcpy (X + at[s] * K, r[s].x, (size_t) r[s].R * K * sizeof (float));
+    memcpy (DY + at[s] * N, r[s].dy, (size_t) r[s].R * N * sizeof (float));
+  }
+  psm_gemm (TRUE, FALSE, K, N, (int) M, 1.0f, X, K, DY, N, 1.0f, d->grad, N);
+  free (X);
+  free (DY);
+  g_free (at);
+  g_array_set_size (d->rows, 0);
+}
+
+/* y = x W + b in single precision: on the packed path (wp: W packed, or
+ * NULL) with the bias added as each block is stored, or one sgemm over rows
+ * holding the bias */
+static void
+linear_store (int R, int K, int N, const float *x, const PsmTensor *w, const float *wp, const PsmTensor *b, float *y)
+{
+  if (wp) {
+    psm_gemm_packed (R, N, K, x, K, wp, b ? b->data : NULL, FALSE, y, N);
+    return;
+  }
+  if (b) {
+#pragma omp parallel for if ((long) R * N >= 65536) schedule (static)
+    for (int r = 0; r < R; r++)
+      memcpy (y + (size_t) r * N, b->data, N * sizeof (float));
+  }
+  psm_gemm (FALSE, FALSE, R, N, K, 1.0f, x, K, w->data, N, b ? 1.0f : 0.0f, y, N);
 }
 
 PsmTensor *
@@ -557,6 +711,10 @@ psm_linear (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b)
   int shape[PSM_MAX_DIMS];
   memcpy (shape, x->shape, sizeof shape);
   shape[x->ndim - 1] = N;
+  /* a decoder step's product: W's gradient deferred (psm-private.h); first,
+   * so that the node it records comes before this product's */
+  PsmDeferredWeight *dw = R <= PSM_PACKED_MAX_ROWS && w->grad && w->ndim == 2 && psm_graph_is_const (g, w->data) &&
+                          !psm_graph_bf16_train (g) ? psm_graph_deferred_weight (g, w) : NULL;
   PsmTensor *y = psm_op_out (g, x->ndim, shape, 3, in);
   gboolean packed = use_packed (g, R, w);
   const int32_t *ids;
@@ -570,22 +728,18 @@ psm_linear (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b)
   if (dm && dropout_linear (g, x, dm, period, w, b, y))
     return y;
   const void *wb = psm_graph_bf16_weight (g, w->data, K, N, x->grad || w->grad);
-  if (wb) {
+  if (wb)
     psm_gemm_bf16 (R, N, K, x->data, K, wb, b ? b->data : NULL, FALSE, y->data, N);
-  } else if (packed) {   /* the bias added as each block is stored */
-    psm_gemm_packed (R, N, K, x->data, K, psm_graph_packed (g, w->data, K, N, FALSE), b ? b->data : NULL, FALSE,
-                     y->data, N);
-  } else {
-    if (b) {
-#pragma omp parallel for if ((long) R * N >= 65536) schedule (static)
-      for (int r = 0; r < R; r++)
-        memcpy (y->data + (size_t) r * N, b->data, N * sizeof (float));
-    }
-    psm_gemm (FALSE, FALSE, R, N, K, 1.0f, x->data, K, w->data, N, b ? 1.0f : 0.0f, y->data, N);
-  }
+  else
+    linear_store (R, K, N, x->data, w, packed ? psm_graph_packed (g, w->data, K, N, FALSE) : NULL, b, y->data);
   PsmNode *nd = psm_graph_record (g, PSM_OP_LINEAR, y, 3, in);
-  if (nd && packed && x->grad)   /* dx = dy W^T on W^T packed (valid until the reset) */
-    nd->saved = (void *) psm_graph_packed (g, w->data, N, K, TRUE);
+  if (nd && ((packed && x->grad) || dw)) {
+    LinearSaved *sv = psm_graph_alloc (g, sizeof *sv);
+    /* dx = dy W^T on W^T packed (valid until the reset) */
+    sv->wtp = packed && x->grad ? psm_graph_packed (g, w->data, N, K, TRUE) : NULL;
+    sv->dw = dw;
+    nd->saved = sv;
+  }
   return y;
 }
 
@@ -594,12 +748,17 @@ psm_linear_backward (PsmNode *n)
 {
   PsmTensor *x = n->in[0], *w = n->in[1], *b = n->in[2], *y = n->out;
   int R = psm_tensor_rows (x), K = psm_tensor_cols (x), N = w->shape[1];
-  if (x->grad && n->saved)
-    psm_gemm_packed (R, K, N, y->grad, N, n->saved, NULL, TRUE, x->grad, K);
+  const LinearSaved *sv = n->saved;
+  if (x->grad && sv && sv->wtp)
+    psm_gemm_packed (R, K, N, y->grad, N, sv->wtp, NULL, TRUE, x->grad, K);
   else if (x->grad)
     psm_gemm (FALSE, TRUE, R, K, N, 1.0f, y->grad, N, w->data, N, 1.0f, x->grad, K);
-  if (w->grad)
+  if (w->grad && sv && sv->dw) {
+    PsmDeferredRows r = { x->data, y->grad, R };
+    g_array_append_val (sv->dw->rows, r);
+  } else if (w->grad) {
     psm_gemm (TRUE, FALSE, K, N, R, 1.0f, x->data, K, y->grad, N, 1.0f, w->grad, N);
+  }
   if (b && b->grad)
     psm_colsum_add (R, N, y->grad, b->grad);
 }

@@ -22,11 +22,14 @@ PsmTensor *psm_matmul (PsmGraph *g, PsmTensor *a, PsmTensor *b, gboolean trans_a
 PsmTensor *psm_linear (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b);
 /* ABI 1.17: psm_pick_log_softmax (g, psm_linear (g, x, w, b), targets) —
  * y [R, 1], y[r] = log softmax (x W + b)[r, targets[r]] (-inf where
- * targets[r] < 0) — as one op where that saves work: on a training graph
- * with train.precision bf16 the scores are never a tensor of their own,
- * and the backward makes their gradient as it rounds it for the products
- * (ops/matmul.c). Elsewhere the two ops, as written above. A head's
- * vocabulary loss should call this rather than the pair. */
+ * targets[r] < 0) — as one op where that saves work. On a training graph
+ * the scores are never a tensor with a gradient of their own: in single
+ * precision the backward writes their gradient over them and runs the two
+ * products on it (the same results as the pair, to the bit); with
+ * train.precision bf16 it makes that gradient as it rounds it for the
+ * products (ops/matmul.c). Without gradients, and for x an embedding
+ * lookup's or a locked dropout's output, the two ops as written above. A
+ * head's vocabulary loss should call this rather than the pair. */
 PsmTensor *psm_linear_pick_log_softmax (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b,
                                         const int32_t *targets);
 
