@@ -53,11 +53,21 @@ psm_arena_alloc (PsmArena *a, size_t bytes)
   return p;
 }
 
+/* Zeroed: a large block (a step's gradient buffers of several MB: the
+ * encoder's input projection, the annotations, the batch-major copies) by
+ * both threads, in 1 MB pieces. */
 void *
 psm_arena_alloc0 (PsmArena *a, size_t bytes)
 {
-  void *p = psm_arena_alloc (a, bytes);
-  memset (p, 0, bytes);
+  char *p = psm_arena_alloc (a, bytes);
+  if (bytes >= ((size_t) 4 << 20) && !omp_in_parallel ()) {
+    size_t piece = (size_t) 1 << 20, n = (bytes + piece - 1) / piece;
+#pragma omp parallel for schedule (static)
+    for (size_t i = 0; i < n; i++)
+      memset (p + i * piece, 0, MIN (piece, bytes - i * piece));
+  } else {
+    memset (p, 0, bytes);
+  }
   return p;
 }
 
@@ -510,13 +520,13 @@ dweight_free (gpointer p)
 }
 
 PsmDeferredWeight *
-psm_graph_deferred_weight (PsmGraph *g, PsmTensor *w)
+psm_graph_deferred_weight (PsmGraph *g, PsmTensor *w, gboolean bf16)
 {
-  if (!w->grad || !g->grad)
+  if (!w->grad || !g->grad || !psm_defer_weights || w->ndim != 2)
     return NULL;
   for (guint i = 0; g->dweights && i < g->dweights->len; i++) {
     PsmDeferredWeight *d = g_ptr_array_index (g->dweights, i);
-    if (d->grad == w->grad)
+    if (d->grad == w->grad && d->bf16 == bf16)
       return d;
   }
   /* the node first, so that its backward runs after every product's */
@@ -528,6 +538,7 @@ psm_graph_deferred_weight (PsmGraph *g, PsmTensor *w)
     g->dweights = g_ptr_array_new_with_free_func (dweight_free);
   PsmDeferredWeight *d = g_new0 (PsmDeferredWeight, 1);
   d->grad = w->grad;
+  d->bf16 = bf16;
   d->K = w->shape[0];
   d->N = w->shape[1];
   d->rows = g_array_new (FALSE, FALSE, sizeof (PsmDeferredRows));

@@ -181,17 +181,22 @@ PsmDeferredValues *psm_graph_add_deferred_values (PsmGraph *g, const float *grad
  * training graph, psm_linear notes each step's (x, dy) instead, and the
  * node psm_graph_deferred_weight records before W's first such product,
  * whose backward runs after all of theirs, adds the sum over the steps as
- * one product: dW += X^T DY, X and DY the noted rows stacked. */
+ * one product: dW += X^T DY, X and DY the noted rows stacked (with
+ * train.precision bf16, psm_linear's bfloat16 product on them). */
 typedef struct {
   const float *x, *dy;
   int R;
 } PsmDeferredRows;
 typedef struct {
-  float *grad;           /* W's gradient [K, N]: the key */
+  float *grad;           /* W's gradient [K, N]: the key, with bf16 */
+  gboolean bf16;         /* train.precision bf16's products (linear_bf16):
+                            the sum on rounded operands, psm_gemm_bf16_op */
   int K, N;
   GArray *rows;          /* PsmDeferredRows */
 } PsmDeferredWeight;
-PsmDeferredWeight *psm_graph_deferred_weight (PsmGraph *g, PsmTensor *w);
+PsmDeferredWeight *psm_graph_deferred_weight (PsmGraph *g, PsmTensor *w, gboolean bf16);
+/* FALSE: nothing deferred (tests compare both ways; default TRUE) */
+extern gboolean psm_defer_weights;
 
 /* Batch-major copies for the attention (core/ops/attention.c). Every decoder
  * step's attention reads each example's keys and annotations at all T

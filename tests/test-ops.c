@@ -259,17 +259,17 @@ END_TEST
  * lstm_cell (xp, h, c, W_h), on few rows with W_x and W_h parameters of the
  * graph, so both ops note their rows and the two defer_weight nodes add
  * dW over the steps at the end: finite differences for every input, and
- * the gradients against the same graph without the parameters marked
- * (each step adding its own x^T dy). */
+ * the gradients against the same graph with nothing deferred (each step
+ * adding its own x^T dy), in single precision and with train.precision
+ * bf16 (whose products on x_t W_x are bfloat16, deferred or not). */
 static PsmTensor *
 f_deferred (PsmGraph *g, void *ud)
 {
   Case *c = ud;
   int B = c->shape[0][0], H = c->shape[0][1];
-  if (c->which) {
-    psm_graph_const_range (g, c->x[1], n_of (c, 1));
-    psm_graph_const_range (g, c->x[3], n_of (c, 3));
-  }
+  psm_graph_set_bf16_train (g, c->iarg[0]);
+  psm_graph_const_range (g, c->x[1], n_of (c, 1));
+  psm_graph_const_range (g, c->x[3], n_of (c, 3));
   PsmTensor *x = in (g, c, 0), *h = in (g, c, 4), *cs = in (g, c, 5), *hc = NULL;
   int sh[2] = { B, H };
   for (int t = 0; t < 3; t++) {
@@ -294,25 +294,30 @@ START_TEST (test_deferred_weight)
   alloc_in (&c, 3, 2, H, 4 * H, 0, &rng, 0.5f);
   alloc_in (&c, 4, 2, B, H, 0, &rng, 1.0f);
   alloc_in (&c, 5, 2, B, H, 0, &rng, 1.0f);
-  float *gr[2][6];
-  for (int v = 0; v < 2; v++) {   /* 0: nothing deferred, 1: W_x and W_h deferred */
-    c.which = v;
-    for (int k = 0; k < 6; k++)
-      memset (c.gx[k], 0, n_of (&c, k) * sizeof (float));
-    PsmGraph *g = psm_graph_new ();
-    psm_backward (g, f_deferred (g, &c));
-    psm_graph_free (g);
-    for (int k = 0; k < 6; k++)
-      gr[v][k] = g_memdup2 (c.gx[k], n_of (&c, k) * sizeof (float));
+  for (int prec = 0; prec < 2; prec++) {
+    c.iarg[0] = prec;
+    float *gr[2][6];
+    for (int v = 0; v < 2; v++) {   /* 0: nothing deferred, 1: W_x and W_h deferred */
+      psm_defer_weights = v == 1;
+      for (int k = 0; k < 6; k++)
+        memset (c.gx[k], 0, n_of (&c, k) * sizeof (float));
+      PsmGraph *g = psm_graph_new ();
+      psm_backward (g, f_deferred (g, &c));
+      psm_graph_free (g);
+      for (int k = 0; k < 6; k++)
+        gr[v][k] = g_memdup2 (c.gx[k], n_of (&c, k) * sizeof (float));
+    }
+    psm_defer_weights = TRUE;
+    for (int k = 0; k < 6; k++) {
+      for (size_t i = 0; i < n_of (&c, k); i++)
+        ck_assert_msg (fabsf (gr[1][k][i] - gr[0][k][i]) <= 1e-5f * (1 + fabsf (gr[0][k][i])),
+                       "deferred weight gradients (%s): d%d[%zu] = %g, %g without deferral", prec ? "bf16" : "fp32", k,
+                       i, gr[1][k][i], gr[0][k][i]);
+      g_free (gr[0][k]);
+      g_free (gr[1][k]);
+    }
   }
-  for (int k = 0; k < 6; k++) {
-    for (size_t i = 0; i < n_of (&c, k); i++)
-      ck_assert_msg (fabsf (gr[1][k][i] - gr[0][k][i]) <= 1e-5f * (1 + fabsf (gr[0][k][i])),
-                     "deferred weight gradients: d%d[%zu] = %g, %g without deferral", k, i, gr[1][k][i], gr[0][k][i]);
-    g_free (gr[0][k]);
-    g_free (gr[1][k]);
-  }
-  c.which = 1;
+  c.iarg[0] = 0;
   check_all ("linear + lstm_cell, weights deferred", f_deferred, &c, 6, 5e-3f);
   free_case (&c);
 }

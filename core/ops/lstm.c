@@ -75,7 +75,7 @@ psm_lstm_cell (PsmGraph *g, PsmTensor *xp, PsmTensor *h, PsmTensor *c, PsmTensor
    * (before this node is recorded, so that its node's backward runs after) */
   PsmDeferredWeight *dw = !mask && w->grad && w->ndim == 2 && w->shape[0] == H && B <= PSM_PACKED_MAX_ROWS &&
                           psm_graph_is_const (g, w->data)
-                          ? psm_graph_deferred_weight (g, w) : NULL;
+                          ? psm_graph_deferred_weight (g, w, FALSE) : NULL;
   PsmTensor *in[4] = { xp, h, c, w };
   int shape[3] = { 2, B, H };
   PsmTensor *out = psm_op_out (g, 3, shape, 4, in);

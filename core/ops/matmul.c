@@ -441,6 +441,13 @@ psm_dropout_linear_backward (PsmNode *n)
   }
 }
 
+/* psm_linear's and linear_bf16's node: W^T packed for dx (or NULL), W's deferred gradient
+ * (or NULL) */
+typedef struct {
+  const float *wtp;
+  PsmDeferredWeight *dw;
+} LinearSaved;
+
 /* ---- y = x W + b in bfloat16 (train.precision bf16) ----
  * x W on x rounded and W packed rounded once an update; the backward's dx
  * = dy W^T on W^T packed the same way (in the forward, while W is known
@@ -449,7 +456,7 @@ psm_dropout_linear_backward (PsmNode *n)
  * locked dropout's zeros are products like any other here: on AMX the
  * dense product costs less than the kept units' gathers and packings. */
 static gboolean
-linear_bf16 (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b, PsmTensor *y)
+linear_bf16 (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b, PsmTensor *y, PsmDeferredWeight *dw)
 {
   int R = psm_tensor_rows (x), K = psm_tensor_cols (x), N = w->shape[1];
   const void *wp = psm_graph_bf16_train_weight (g, w->data, K, N, FALSE);
@@ -458,8 +465,12 @@ linear_bf16 (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b, PsmTensor *y
   psm_gemm_bf16 (R, N, K, x->data, K, wp, b ? b->data : NULL, FALSE, y->data, N);
   PsmTensor *in[3] = { x, w, b };
   PsmNode *nd = psm_graph_record (g, PSM_OP_LINEAR_BF16, y, 3, in);
-  if (nd && x->grad)
-    nd->saved = (void *) psm_graph_bf16_train_weight (g, w->data, N, K, TRUE);
+  if (nd) {
+    LinearSaved *sv = psm_graph_alloc (g, sizeof *sv);
+    sv->wtp = x->grad ? psm_graph_bf16_train_weight (g, w->data, N, K, TRUE) : NULL;
+    sv->dw = dw;
+    nd->saved = sv;
+  }
   return TRUE;
 }
 
@@ -468,7 +479,13 @@ psm_linear_bf16_backward (PsmNode *n)
 {
   PsmTensor *x = n->in[0], *w = n->in[1], *b = n->in[2], *y = n->out;
   int R = psm_tensor_rows (x), K = psm_tensor_cols (x), N = w->shape[1];
-  psm_linear_bf16_grads (R, K, N, x->data, y->grad, n->saved, x->grad, w->grad, b ? b->grad : NULL);
+  const LinearSaved *sv = n->saved;
+  psm_linear_bf16_grads (R, K, N, x->data, y->grad, sv->wtp, sv->wtp ? x->grad : NULL, sv->dw ? NULL : w->grad,
+                         b ? b->grad : NULL);
+  if (sv->dw && w->grad) {
+    PsmDeferredRows r = { x->data, y->grad, R };
+    g_array_append_val (sv->dw->rows, r);
+  }
 }
 
 /* ---- log softmax (x W + b) picked at the targets, bf16 training ----
@@ -645,12 +662,7 @@ psm_linear_pick_log_softmax (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor 
   return psm_pick_log_softmax (g, psm_linear (g, x, w, b), targets);
 }
 
-/* psm_linear's node: W^T packed for dx (or NULL), W's deferred gradient
- * (or NULL) */
-typedef struct {
-  const float *wtp;
-  PsmDeferredWeight *dw;
-} LinearSaved;
+gboolean psm_defer_weights = TRUE;
 
 /* The deferred weight gradient's node (psm-private.h): the noted rows of x
  * and dy stacked, in the order of the steps' backward, and dW += X^T DY. */
@@ -674,7 +686,10 @@ psm_defer_weight_backward (PsmNode *nd)
     memcpy (X + at[s] * K, r[s].x, (size_t) r[s].R * K * sizeof (float));
     memcpy (DY + at[s] * N, r[s].dy, (size_t) r[s].R * N * sizeof (float));
   }
-  psm_gemm (TRUE, FALSE, K, N, (int) M, 1.0f, X, K, DY, N, 1.0f, d->grad, N);
+  if (d->bf16)
+    psm_gemm_bf16_op (TRUE, FALSE, K, N, (int) M, X, K, DY, N, TRUE, d->grad, N);
+  else
+    psm_gemm (TRUE, FALSE, K, N, (int) M, 1.0f, X, K, DY, N, 1.0f, d->grad, N);
   free (X);
   free (DY);
   g_free (at);
@@ -713,16 +728,19 @@ psm_linear (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b)
   shape[x->ndim - 1] = N;
   /* a decoder step's product: W's gradient deferred (psm-private.h); first,
    * so that the node it records comes before this product's */
-  PsmDeferredWeight *dw = R <= PSM_PACKED_MAX_ROWS && w->grad && w->ndim == 2 && psm_graph_is_const (g, w->data) &&
-                          !psm_graph_bf16_train (g) ? psm_graph_deferred_weight (g, w) : NULL;
+  gboolean bf = (x->grad || w->grad) && psm_graph_bf16_train (g);
+  PsmDeferredWeight *dw = R <= PSM_PACKED_MAX_ROWS && w->grad && psm_graph_is_const (g, w->data)
+                          ? psm_graph_deferred_weight (g, w, bf) : NULL;
   PsmTensor *y = psm_op_out (g, x->ndim, shape, 3, in);
   gboolean packed = use_packed (g, R, w);
   const int32_t *ids;
   PsmTensor *table = R > PSM_PACKED_MAX_ROWS ? psm_graph_lookup_of (g, x->data, R, &ids) : NULL;
   if (table && psm_tensor_cols (table) == K && embedding_linear (g, x, table, ids, w, b, y))
     return y;
-  if ((x->grad || w->grad) && psm_graph_bf16_train (g) && linear_bf16 (g, x, w, b, y))
+  if (bf && linear_bf16 (g, x, w, b, y, dw))
     return y;
+  if (bf)
+    dw = NULL;   /* the fp32 product after all: its own dW (dw stays empty) */
   size_t period;
   const float *dm = R > PSM_PACKED_MAX_ROWS ? psm_graph_dropout_of (g, x->data, x->n, &period) : NULL;
   if (dm && dropout_linear (g, x, dm, period, w, b, y))
