@@ -76,6 +76,25 @@ psm_optim_lr (const PsmOptim *o, long step)
   return o->lr_scale * c->lr;
 }
 
+/* SGD's and Adagrad's update of a parameter whose gradient is +0 changes
+ * nothing (w - lr 0 = w, acc + 0 0 = acc, to the bit), so blocks of
+ * OPT_BLOCK whose gradient is all +0 (the rows of an embedding no word of
+ * the batch used: about nine tenths of See et al.'s 20,000 x 128) are
+ * skipped after one read of their gradient, which is already zero. Adam
+ * and Adadelta decay their state at every step and are not. */
+#define OPT_BLOCK 64
+static inline gboolean
+zero_block (const float *g, size_t n)
+{
+  typedef uint32_t bits __attribute__ ((may_alias));
+  const bits *u = (const bits *) (const void *) g;
+  uint32_t any = 0;
+#pragma omp simd reduction (|:any)
+  for (size_t i = 0; i < n; i++)
+    any |= u[i];
+  return any == 0;
+}
+
 /* The update with the gradient g scale (clipping's factor; 1: as it is),
  * and, with zero, the gradient set to 0 in the same pass (one pass over
  * the buffers instead of three; the same results to the bit: g scale is the
@@ -94,10 +113,16 @@ update (PsmOptim *o, long step, float scale, const gboolean zero)
 #define PAR _Pragma ("omp parallel for simd if (n >= 32768) schedule (static)")
   switch (c->kind) {
   case PSM_OPT_SGD:
-    PAR
-    for (size_t i = 0; i < n; i++) {
-      w[i] -= lr * G (i);
-      Z (i);
+#pragma omp parallel for if (n >= 32768) schedule (static)
+    for (size_t b0 = 0; b0 < n; b0 += OPT_BLOCK) {
+      size_t b1 = MIN (n, b0 + OPT_BLOCK);
+      if (zero_block (g + b0, b1 - b0))
+        continue;
+#pragma omp simd
+      for (size_t i = b0; i < b1; i++) {
+        w[i] -= lr * G (i);
+        Z (i);
+      }
     }
     break;
   case PSM_OPT_ADAM: {
@@ -117,12 +142,18 @@ update (PsmOptim *o, long step, float scale, const gboolean zero)
   }
   case PSM_OPT_ADAGRAD: {
     float *acc = o->state[0], eps = (float) c->eps;
-    PAR
-    for (size_t i = 0; i < n; i++) {
-      float gi = G (i);
-      acc[i] += gi * gi;
-      w[i] -= lr * gi / (sqrtf (acc[i]) + eps);
-      Z (i);
+#pragma omp parallel for if (n >= 32768) schedule (static)
+    for (size_t b0 = 0; b0 < n; b0 += OPT_BLOCK) {
+      size_t b1 = MIN (n, b0 + OPT_BLOCK);
+      if (zero_block (g + b0, b1 - b0))
+        continue;
+#pragma omp simd
+      for (size_t i = b0; i < b1; i++) {
+        float gi = G (i);
+        acc[i] += gi * gi;
+        w[i] -= lr * gi / (sqrtf (acc[i]) + eps);
+        Z (i);
+      }
     }
     break;
   }

@@ -294,6 +294,68 @@ START_TEST (test_optim_fused)
 }
 END_TEST
 
+/* SGD and Adagrad skip the blocks of parameters whose gradient is all +0
+ * (psm-optim.c): over two steps with most gradients zero (whole blocks,
+ * lone nonzero entries and -0 among zeros), the parameters and the
+ * accumulators of zero-gradient entries stay as they were, to the bit, and
+ * the others follow the rule (against double arithmetic). */
+START_TEST (test_optim_zero_blocks)
+{
+  PsmOptConfig cs[2] = {
+    { .kind = PSM_OPT_SGD, .lr = 0.5 },
+    { .kind = PSM_OPT_ADAGRAD, .lr = 0.15, .init_accum = 0.1, .eps = 1e-10 },
+  };
+  for (int k = 0; k < 2; k++) {
+    PsmParams *p = psm_params_new ();
+    int n = OPT_N;
+    psm_params_add (p, "w", 1, &n, PSM_INIT_UNIFORM, 0.5f);
+    PsmRng rng;
+    psm_rng_seed (&rng, 11);
+    ck_assert (psm_params_finalize (p, &rng, NULL));
+    PsmOptim *o = psm_optim_new (&cs[k], p);
+    float *w = psm_params_data (p), *g = psm_params_grad (p);
+    double *acc = g_new (double, OPT_N);
+    for (int i = 0; i < OPT_N; i++)
+      acc[i] = 0.1;
+    for (long step = 0; step < 2; step++) {
+      float *before = g_memdup2 (w, OPT_N * sizeof (float)), *gs = g_new (float, OPT_N);
+      for (int i = 0; i < OPT_N; i++) {
+        int blk = i / 64;
+        g[i] = blk % 5 == 1 ? (float) (psm_rng_uniform (&rng) - 0.5)   /* a whole block */
+             : blk % 5 == 3 && i % 64 == 17 + (int) step ? 0.75f       /* one entry of a block */
+             : blk % 5 == 4 && i % 64 == 5 ? -0.0f : 0.0f;
+        gs[i] = g[i];
+      }
+      psm_optim_step_zero (o, step, 1.0f);
+      for (int i = 0; i < OPT_N; i++) {
+        ck_assert (g[i] == 0.0f);
+        double want = before[i];
+        if (k == 0)
+          want -= 0.5 * gs[i];
+        else {
+          acc[i] += (double) gs[i] * gs[i];
+          want -= 0.15 * gs[i] / (sqrt (acc[i]) + 1e-10);
+        }
+        if (gs[i] == 0.0f)
+          ck_assert_msg (w[i] == before[i], "%s step %ld: w[%d] moved from %g to %g on a zero gradient",
+                         k ? "adagrad" : "sgd", step, i, before[i], w[i]);
+        else
+          ck_assert_msg (fabs (w[i] - want) <= 1e-6 * (1 + fabs (want)), "%s step %ld: w[%d] = %g, want %g",
+                         k ? "adagrad" : "sgd", step, i, w[i], want);
+      }
+      if (k == 1)
+        for (int i = 0; i < OPT_N; i++)
+          ck_assert (fabs (psm_optim_state (o, 0)[i] - acc[i]) <= 1e-6 * acc[i]);
+      g_free (before);
+      g_free (gs);
+    }
+    g_free (acc);
+    psm_optim_free (o);
+    psm_params_free (p);
+  }
+}
+END_TEST
+
 START_TEST (test_optimisers)
 {
   double w1, w2;
@@ -812,6 +874,7 @@ main (void)
   tcase_add_test (tc, test_init_uniform);
   tcase_add_test (tc, test_optimisers);
   tcase_add_test (tc, test_optim_fused);
+  tcase_add_test (tc, test_optim_zero_blocks);
   tcase_add_test (tc, test_checkpoint);
   tcase_add_test (tc, test_checkpoint_checks);
   tcase_add_test (tc, test_params_deferred);
