@@ -165,11 +165,12 @@ la_step (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, PsmTenso
   PsmTensor *xp = psm_linear (g, x, psm_param (g, p, s->w_x), psm_param (g, p, s->b_x));
   PsmTensor *hc = psm_lstm_cell (g, xp, h, c, psm_param (g, p, s->w_h), NULL);
   PsmTensor *h1 = psm_tensor_step (g, hc, 0), *c1 = psm_tensor_step (g, hc, 1);
-  PsmTensor *query = psm_linear (g, psm_concat (g, h1, c1), psm_param (g, p, s->w_dec), psm_param (g, p, s->b_attn));
+  PsmTensor *hc1 = psm_concat (g, h1, c1);   /* [h; c]: the query's input and the carry's start */
+  PsmTensor *query = psm_linear (g, hc1, psm_param (g, p, s->w_dec), psm_param (g, p, s->b_attn));
   PsmTensor *a, *ctx;
   psm_additive_attention (g, enc->memo, query, psm_param (g, p, s->v), cov ? psm_param (g, p, s->w_c) : NULL, cov,
                           enc->annotations, enc->mask, &a, &ctx);
-  PsmTensor *next = psm_concat (g, psm_concat (g, h1, c1), ctx);
+  PsmTensor *next = psm_concat (g, hc1, ctx);
   if (cov)
     next = psm_concat (g, next, psm_add (g, cov, a));
   out->carry = next;
