@@ -506,6 +506,46 @@ typedef struct {
   gboolean dz;       /* fp32: z holds its gradient now (the backward ran) */
 } PickSaved;
 
+/* The fused op's output y [R, 1], and (pick_finish) the rest of its
+ * forward once the scores z [R, N] are made: each row's log-sum-exp and
+ * pick, the node and what its backward reads (wtp: W^T packed for dx, or
+ * NULL; fp32 and wp as PickSaved's). */
+static PsmTensor *
+pick_out (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b)
+{
+  PsmTensor *in[3] = { x, w, b };
+  int shape[2] = { psm_tensor_rows (x), 1 };
+  return psm_op_out (g, 2, shape, 3, in);
+}
+
+static PsmTensor *
+pick_finish (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b, PsmTensor *y, float *z, const int32_t *t,
+             const void *wtp, gboolean fp32, const float *wp)
+{
+  int R = psm_tensor_rows (x), N = w->shape[1];
+  float *lse = psm_graph_alloc (g, (size_t) MAX (R, 1) * sizeof (float));
+#pragma omp parallel for if ((size_t) R * N > 100000) schedule (static)
+  for (int r = 0; r < R; r++) {
+    const float *zr = z + (size_t) r * N;
+    lse[r] = psm_fast_logsumexpf (zr, N);
+    y->data[r] = t[r] >= 0 ? zr[t[r]] - lse[r] : -INFINITY;
+  }
+  PsmTensor *in[3] = { x, w, b };
+  PsmNode *nd = psm_graph_record (g, PSM_OP_LINEAR_PICK_LOG_SOFTMAX, y, 3, in);
+  if (nd) {
+    PickSaved *sv = psm_graph_alloc (g, sizeof *sv);
+    sv->z = z;
+    sv->lse = lse;
+    sv->t = psm_graph_dup (g, t, (size_t) R * sizeof (int32_t));
+    sv->wtp = wtp;
+    sv->fp32 = fp32;
+    sv->wp = wp;
+    sv->dz = FALSE;
+    nd->saved = sv;
+  }
+  return y;
+}
+
 static PsmTensor *
 linear_pick_bf16 (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b, const int32_t *t)
 {
@@ -518,31 +558,11 @@ linear_pick_bf16 (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b, const i
     return NULL;
   for (int r = 0; r < R; r++)
     g_return_val_if_fail (t[r] < N, NULL);
-  PsmTensor *in[3] = { x, w, b };
-  int shape[2] = { R, 1 };
-  PsmTensor *y = psm_op_out (g, 2, shape, 3, in);
-  float *z = psm_graph_alloc (g, (size_t) R * N * sizeof (float));
-  float *lse = psm_graph_alloc (g, (size_t) MAX (R, 1) * sizeof (float));
+  PsmTensor *y = pick_out (g, x, w, b);
+  float *z = psm_graph_alloc (g, (size_t) MAX (R, 1) * N * sizeof (float));
   psm_gemm_bf16 (R, N, K, x->data, K, wp, b ? b->data : NULL, FALSE, z, N);
-#pragma omp parallel for if ((long) R * N > 100000) schedule (static)
-  for (int r = 0; r < R; r++) {
-    const float *zr = z + (size_t) r * N;
-    lse[r] = psm_fast_logsumexpf (zr, N);
-    y->data[r] = t[r] >= 0 ? zr[t[r]] - lse[r] : -INFINITY;
-  }
-  PsmNode *nd = psm_graph_record (g, PSM_OP_LINEAR_PICK_LOG_SOFTMAX, y, 3, in);
-  if (nd) {
-    PickSaved *sv = psm_graph_alloc (g, sizeof *sv);
-    sv->z = z;
-    sv->lse = lse;
-    sv->t = psm_graph_dup (g, t, (size_t) R * sizeof (int32_t));
-    sv->wtp = x->grad ? psm_graph_bf16_train_weight (g, w->data, N, K, TRUE) : NULL;
-    sv->fp32 = FALSE;
-    sv->wp = NULL;
-    sv->dz = FALSE;
-    nd->saved = sv;
-  }
-  return y;
+  return pick_finish (g, x, w, b, y, z, t, x->grad ? psm_graph_bf16_train_weight (g, w->data, N, K, TRUE) : NULL,
+                      FALSE, NULL);
 }
 
 static void linear_store (int R, int K, int N, const float *x, const PsmTensor *w, const float *wp,
@@ -570,33 +590,13 @@ linear_pick_fp32 (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b, const i
     return NULL;
   for (int r = 0; r < R; r++)
     g_return_val_if_fail (t[r] < N, NULL);
-  PsmTensor *in[3] = { x, w, b };
-  int shape[2] = { R, 1 };
-  PsmTensor *y = psm_op_out (g, 2, shape, 3, in);
+  PsmTensor *y = pick_out (g, x, w, b);
   gboolean packed = use_packed (g, R, w);
   float *z = psm_graph_alloc (g, (size_t) MAX (R, 1) * N * sizeof (float));
-  float *lse = psm_graph_alloc (g, (size_t) MAX (R, 1) * sizeof (float));
   const float *wp = packed ? psm_graph_packed (g, w->data, K, N, FALSE) : NULL;
   linear_store (R, K, N, x->data, w, wp, b, z);
-#pragma omp parallel for if ((size_t) R * N > 100000) schedule (static)
-  for (int r = 0; r < R; r++) {
-    const float *zr = z + (size_t) r * N;
-    lse[r] = psm_fast_logsumexpf (zr, N);
-    y->data[r] = t[r] >= 0 ? zr[t[r]] - lse[r] : -INFINITY;
-  }
-  PsmNode *nd = psm_graph_record (g, PSM_OP_LINEAR_PICK_LOG_SOFTMAX, y, 3, in);
-  if (nd) {
-    PickSaved *sv = psm_graph_alloc (g, sizeof *sv);
-    sv->z = z;
-    sv->lse = lse;
-    sv->t = psm_graph_dup (g, t, (size_t) R * sizeof (int32_t));
-    sv->wtp = packed && x->grad ? psm_graph_packed (g, w->data, N, K, TRUE) : NULL;
-    sv->fp32 = TRUE;
-    sv->wp = wp;
-    sv->dz = FALSE;
-    nd->saved = sv;
-  }
-  return y;
+  return pick_finish (g, x, w, b, y, z, t, packed && x->grad ? psm_graph_packed (g, w->data, N, K, TRUE) : NULL, TRUE,
+                      wp);
 }
 
 static void
