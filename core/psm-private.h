@@ -177,8 +177,9 @@ PsmDeferredValues *psm_graph_add_deferred_values (PsmGraph *g, const float *grad
 /* Deferred weight gradients (core/ops/matmul.c). A decoder's product x W
  * on its B rows of one step adds x^T dy to W's gradient in the backward: a
  * product of B terms (16 for See et al.'s model) that reads and writes all
- * of dW every step. For a parameter W (psm_graph_is_const) used so on a
- * training graph, psm_linear notes each step's (x, dy) instead, and the
+ * of dW every step (and a decoder cell's h W_h likewise). For a parameter
+ * W (psm_graph_is_const) used so on a training graph, psm_linear and
+ * psm_lstm_cell (no mask) note each step's (x, dy) instead, and the
  * node psm_graph_deferred_weight records before W's first such product,
  * whose backward runs after all of theirs, adds the sum over the steps as
  * one product: dW += X^T DY, X and DY the noted rows stacked (with
