@@ -2622,6 +2622,7 @@ END_TEST
  * time-major tensors, over three steps with coverage, with and without the
  * values' gradient deferred; and the copies are read (a copy changed behind
  * the op's back changes the output). */
+#define BF16_ATTN_TOL 2e-6f
 START_TEST (test_additive_attention_batch_major)
 {
   PsmRng rng;
@@ -2669,10 +2670,16 @@ START_TEST (test_additive_attention_batch_major)
     free_case (&c);
   }
   /* train.precision bf16: the op reads the copies rounded to bfloat16, so
-   * on a bf16 training graph the loss and every gradient are, to the bit,
-   * those of a single-precision graph whose keys and values were rounded
-   * beforehand (the gradients reach the unrounded tensors unchanged), and
-   * not those of the unrounded ones. */
+   * on a bf16 training graph the loss and every gradient are those of a
+   * single-precision graph whose keys and values were rounded beforehand
+   * (the gradients reach the unrounded tensors unchanged), and not those of
+   * the unrounded ones. Not to the bit: the two element types go through
+   * loops GCC compiles apart, and whether it contracts a multiply and an add
+   * into one FMA is its choice per loop (-mtune=znver3 keeps some apart;
+   * issue 57). What the code guarantees is the same operations on the same
+   * values, so the two agree to a few roundings (BF16_ATTN_TOL of the
+   * largest magnitude), while the unrounded inputs move the loss by more
+   * than ten times that. */
   for (guint w = 0; w < G_N_ELEMENTS (whiches); w++) {
     Case c[2];
     memset (c, 0, sizeof c);
@@ -2701,12 +2708,17 @@ START_TEST (test_additive_attention_batch_major)
       for (int k = 0; k < 6 && v < 2; k++)
         grads[v][k] = g_memdup2 (cv->gx[k], n_of (cv, k) * sizeof (float));
     }
-    ck_assert_msg (loss[0] == loss[1] && loss[2] != loss[1], "which %d: bf16 loss %.9g, rounded inputs' %.9g, fp32 %.9g",
-                   whiches[w], loss[1], loss[0], loss[2]);
+    float ltol = BF16_ATTN_TOL * fabsf (loss[0]);
+    ck_assert_msg (fabsf (loss[0] - loss[1]) <= ltol && fabsf (loss[2] - loss[1]) > 10.0f * ltol,
+                   "which %d: bf16 loss %.9g, rounded inputs' %.9g, fp32 %.9g", whiches[w], loss[1], loss[0], loss[2]);
     for (int k = 0; k < 6; k++) {
+      float big = 0.0f;
       for (size_t i = 0; i < n_of (&c[0], k); i++)
-        ck_assert_msg (grads[0][k][i] == grads[1][k][i], "which %d: bf16 attention gradient mismatch, input %d [%zu]: %g, want %g",
-                       whiches[w], k, i, grads[1][k][i], grads[0][k][i]);
+        big = MAX (big, fabsf (grads[0][k][i]));
+      for (size_t i = 0; i < n_of (&c[0], k); i++)
+        ck_assert_msg (fabsf (grads[0][k][i] - grads[1][k][i]) <= BF16_ATTN_TOL * big,
+                       "which %d: bf16 attention gradient mismatch, input %d [%zu]: %.9g, want %.9g (largest %g)",
+                       whiches[w], k, i, grads[1][k][i], grads[0][k][i], big);
       g_free (grads[0][k]);
       g_free (grads[1][k]);
     }

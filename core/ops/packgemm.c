@@ -66,15 +66,39 @@ typedef struct {
   gboolean acc;
 } Store;
 
-/* c + x b. With AVX-512 registers, one multiply-add written as the
- * intrinsic in both kernels: GCC's own contraction of the expression left
- * four register moves an iteration in the wide kernel, and it contracts
- * only when optimising (-O2), so at -O1 the two kernels rounded
- * differently (an AddressSanitizer build at -O1 -march=native found it).
- * Elsewhere the expression, the same in both. */
-#if defined (__AVX512F__) && !defined (PSM_FORCE_VL) && PSM_PACK_VL == 16
+/* c + x b, one rounding: a multiply-add written as the intrinsic wherever
+ * the target has FMA, so that every kernel and every instantiation of one
+ * rounds the same way. Left to itself GCC decides per loop whether to
+ * contract the expression: not at -O1, and with -mtune=znver3 (so
+ * -march=native on Zen 3) it keeps some chains of accumulations as a
+ * multiply and an add, which is how the partial-panel kernel came to
+ * round differently from the full one there (issue 57); with AVX-512 its
+ * own contraction also left four register moves an iteration in the wide
+ * kernel. A PSM_FORCE_VL width the target's registers do not have goes in
+ * 4-float pieces. Without FMA there is nothing to contract: the
+ * expression. */
+#if defined (__FMA__) || defined (__AVX512F__)
 #include <immintrin.h>
-#define PACK_FMA(x, b, c) ((vf) _mm512_fmadd_ps (_mm512_set1_ps (x), (__m512) (b), (__m512) (c)))
+static inline __attribute__ ((always_inline)) vf
+pack_fma (float x, vf b, vf c)
+{
+#if PSM_PACK_VL == 16 && defined (__AVX512F__)
+  return (vf) _mm512_fmadd_ps (_mm512_set1_ps (x), (__m512) b, (__m512) c);
+#elif PSM_PACK_VL == 8 && defined (__FMA__)
+  return (vf) _mm256_fmadd_ps (_mm256_set1_ps (x), (__m256) b, (__m256) c);
+#else
+  vf r;
+  for (int l = 0; l < PSM_PACK_VL; l += 4) {
+    __m128 bl, cl, rl;
+    memcpy (&bl, (const float *) &b + l, sizeof bl);
+    memcpy (&cl, (const float *) &c + l, sizeof cl);
+    rl = _mm_fmadd_ps (_mm_set1_ps (x), bl, cl);
+    memcpy ((float *) &r + l, &rl, sizeof rl);
+  }
+  return r;
+#endif
+}
+#define PACK_FMA(x, b, c) pack_fma ((x), (b), (c))
 #else
 #define PACK_FMA(x, b, c) ((c) + (x) * (b))
 #endif
