@@ -12,7 +12,7 @@ run=yes
 
 pkgs="build-essential autoconf automake libtool pkg-config libglib2.0-dev libconfig-dev nettle-dev
       libopenblas-openmp-dev check libopenmpi-dev openmpi-bin libjson-glib-dev libsoup-3.0-dev
-      libglib2.0-dev-bin chromium curl iproute2"
+      libglib2.0-dev-bin chromium curl iproute2 python3"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -40,7 +40,7 @@ done
 [ -n "$url" ] || { cat "$tmp/serve.err"; exit 1; }
 echo "# run: $runDir ($(sed -n 's/.*(checkpoint \([^,]*\), update \([0-9]*\)).*/\1, update \2/p' "$tmp/serve.out")); $N articles"
 curl -s "$url" > /dev/null   # warm up: the first request pays for nothing but itself
-curl -s -X POST --data-binary @"$tmp/body1.json" "${url}summarize" > /dev/null
+curl -s -X POST -H "Content-Type: application/json" --data-binary @"$tmp/body1.json" "${url}summarize" > /dev/null
 load () {   # load CLIENTS: every client posts its share of the N articles in turn
   c=$1
   start=$(date +%s.%N)
@@ -48,7 +48,7 @@ load () {   # load CLIENTS: every client posts its share of the N articles in tu
   for k in $(seq 1 "$c"); do
     (i=$k; while [ "$i" -le "$N" ]; do
        curl -s -o /dev/null -w '%{time_total}\n' -X POST -H 'Content-Type: application/json' \
-         --data-binary @"$tmp/body$i.json" "${url}summarize"
+         -H "Content-Type: application/json" --data-binary @"$tmp/body$i.json" "${url}summarize"
        i=$((i + c))
      done) > "$tmp/lat$c.$k" &
     pids="$pids $!"

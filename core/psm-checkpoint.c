@@ -65,8 +65,8 @@ gboolean
 psm_checkpoint_save (const char *path, PsmParams *p, PsmOptim *optim, gboolean with_state,
                      const PsmCheckpointMeta *meta, GError **error)
 {
-  char *tmp = g_strdup_printf ("%s.tmp.%d", path, (int) getpid ());
-  Writer w = { .f = fopen (tmp, "wb"), .ok = TRUE };
+  char *tmp;
+  Writer w = { .f = psm_fopen_temp (path, &tmp), .ok = TRUE };
   sha256_init (&w.sum);
   if (!w.f) {
     g_set_error (error, G_FILE_ERROR, g_file_error_from_errno (errno),
@@ -246,6 +246,8 @@ get_u64 (Reader *r)
     goto out;                                                                  \
   } while (0)
 
+#define PSM_CHECKPOINT_MAX_WEIGHT 1e18
+
 gboolean
 psm_checkpoint_load (const char *path, PsmParams *p, PsmOptim *optim,
                      PsmCheckpointMeta *meta, GError **error)
@@ -362,6 +364,19 @@ psm_checkpoint_load (const char *path, PsmParams *p, PsmOptim *optim,
   const void *data = take (&r, total * sizeof (float));
   if (!data)
     CORRUPT ("%s: truncated parameter data", path);
+  /* a weight that is not finite, or too large for any product of two to
+   * be (a model of such weights decoded empty summaries; issue 58) */
+  for (int i = 0; i < psm_params_count (p); i++) {
+    const float *w = (const float *) data + psm_params_offset (p, i);
+    size_t n = psm_params_numel (p, i);
+    for (size_t j = 0; j < n; j++) {
+      float x;
+      memcpy (&x, w + j, sizeof x);   /* the buffer is not aligned for floats */
+      if (!(fabsf (x) <= PSM_CHECKPOINT_MAX_WEIGHT))
+        CORRUPT ("%s: parameter '%s' [%zu] is %g: a checkpoint's weights must be finite and at most %g in "
+                 "magnitude", path, psm_params_name (p, i), j, (double) x, PSM_CHECKPOINT_MAX_WEIGHT);
+    }
+  }
   const void *st[2] = { NULL, NULL };
   guint32 slots = flags & FLAG_STATE ? n_state : 0;
   for (guint32 s = 0; s < slots; s++)

@@ -25,7 +25,18 @@ void psm_validate_group (const char *file, config_setting_t *group, const char *
 /* Applies "a.b.c=value" to cfg; FALSE with error on a malformed override. */
 gboolean psm_config_apply_set (config_t *cfg, const char *assignment, GError **error);
 /* Appends "FILE:LINE: key.path: ..." for every integer literal of file (and
- * of the files it @includes, relative to include_dir) that libconfig would
- * wrap to 32 bits (core/psm-intscan.c). */
+ * of the files it @includes, each relative to the file that includes it;
+ * include_dir: file's folder) that libconfig would wrap to 32 bits
+ * (core/psm-intscan.c). */
 void psm_config_scan_integers (const char *file, const char *include_dir, GPtrArray *errors);
+/* A pipeline's text with its @include directives expanded, each path
+ * relative to the file that holds it (core/psm-include.c), and the map from
+ * the text's lines back to files and lines; NULL with error. The map is
+ * set as the hook of the config's root setting, where psm_setting_where
+ * finds it. */
+typedef struct PsmLineMap PsmLineMap;
+char *psm_config_expand (const char *file, PsmLineMap **map, GError **error);
+/* The file and line of the expanded text's line (1-based); FALSE outside. */
+gboolean psm_line_map_where (const PsmLineMap *m, int line, const char **file, int *at);
+void psm_line_map_free (PsmLineMap *m);
 #endif

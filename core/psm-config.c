@@ -111,6 +111,11 @@ psm_setting_where (const char *file, config_setting_t *s, const char *path)
   const char *f = s ? config_setting_source_file (s) : NULL;
   if (line <= 0)
     return g_strdup_printf (s ? "--set %s" : "%s: %s", s ? path : file, path);
+  config_setting_t *root = s;
+  while (config_setting_parent (root))
+    root = config_setting_parent (root);
+  if (!f)   /* read from psm's expanded text: the line's own file and line */
+    psm_line_map_where (config_setting_get_hook (root), line, &f, &line);
   return g_strdup_printf ("%s:%d: %s", f ? f : file, line, path);
 }
 

@@ -181,8 +181,10 @@ scan_text (const char *file, const char *text, const char *dir, int level, GPtrA
       if (*lx.p == '"') {
         char *inc = take_string (&lx);
         char *full = g_path_is_absolute (inc) ? g_strdup (inc) : g_build_filename (dir, inc, NULL);
+        char *fdir = g_path_get_dirname (full);   /* its own includes are relative to it */
         if (level < MAX_INCLUDE_DEPTH)
-          scan_file (full, dir, level + 1, errors);
+          scan_file (full, fdir, level + 1, errors);
+        g_free (fdir);
         g_free (full);
         g_free (inc);
       }

@@ -865,6 +865,7 @@ typedef struct {
   GArray *top;              /* int32 [steps * n * attn_top] positions */
   GArray *attn;             /* float [steps * n * T] attention (JSON output), or NULL */
   gint64 t_enc, t_dec, t_head, t_all;   /* µs: encoder, decoder steps, head, all */
+  const PsmEvalOptions *opt;   /* its cancelled hook, asked at every step */
 } Dec;
 
 static int32_t
@@ -1029,6 +1030,10 @@ dec_step (void *ud, int n, const int32_t *parents, const int32_t *tokens, const 
   Dec *d = ud;
   PsmModel *m = d->m;
   PsmGraph *g = m->gs;
+  if (d->opt && d->opt->cancelled && d->opt->cancelled (d->opt->cancel_data)) {
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_CANCELLED, "decoding cancelled");
+    return NULL;
+  }
   gint64 t0 = g_get_monotonic_time ();
   if (n_act != d->n_built || per != d->per || memcmp (act, d->built, n_act * sizeof (int)) != 0)
     build_rows (d, act, n_act, per);
@@ -1497,6 +1502,7 @@ eval_sequences (PsmModel *m, PsmSplit split, const PsmBatch *b, const PsmEvalOpt
   void (*example_text) (void *, PsmSplit, int, const char **, const char **) = PSM_CLASS_HOOK (m->tk, example_text);
   GString *hyp_text = g_string_new (NULL), *ref_text = g_string_new (NULL), *src_text = g_string_new (NULL);
   Dec d = { 0 };
+  d.opt = opt;
   d.record = (opt && opt->json) || PSM_CLASS_HOOK (m->hk, gate) != NULL;
   d.gate = g_array_new (FALSE, FALSE, sizeof (float));
   d.top = g_array_new (FALSE, FALSE, sizeof (int32_t));

@@ -132,6 +132,7 @@ struct PsmPipeline {
   gboolean continued;     /* phase two (psm_pipeline_continued) */
   gboolean eval_only;     /* psm_pipeline_set_eval_only */
   gboolean text_only;     /* psm_pipeline_set_text_only */
+  PsmLineMap *lines;      /* the expanded text's lines -> files and lines (psm-include.c) */
 };
 
 static void
@@ -312,9 +313,7 @@ psm_pipeline_load (const char *file, const char *const *sets, GError **error)
   pl->notes = g_ptr_array_new_with_free_func (g_free);
   pl->sets = g_strdupv ((char **) sets);
   config_init (&pl->cfg);
-  /* @include paths are relative to the pipeline's folder. */
   char *dir = g_path_get_dirname (file);
-  config_set_include_dir (&pl->cfg, dir);
 
   if (!g_file_test (file, G_FILE_TEST_IS_REGULAR)) {
     g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID, "%s: cannot read pipeline: %s", file,
@@ -325,14 +324,26 @@ psm_pipeline_load (const char *file, const char *const *sets, GError **error)
     psm_pipeline_free (pl);
     return NULL;
   }
-  if (!config_read_file (&pl->cfg, file)) {
-    const char *ef = config_error_file (&pl->cfg);
-    g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID, "%s:%d: parse error: %s",
-                 ef ? ef : file, config_error_line (&pl->cfg), config_error_text (&pl->cfg));
+  /* @include paths are relative to the including file: psm expands them */
+  char *text = psm_config_expand (file, &pl->lines, error);
+  if (!text) {
     g_free (dir);
     psm_pipeline_free (pl);
     return NULL;
   }
+  if (!config_read_string (&pl->cfg, text)) {
+    const char *ef = file;
+    int el = config_error_line (&pl->cfg);
+    psm_line_map_where (pl->lines, el, &ef, &el);
+    g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID, "%s:%d: parse error: %s", ef, el,
+                 config_error_text (&pl->cfg));
+    g_free (text);
+    g_free (dir);
+    psm_pipeline_free (pl);
+    return NULL;
+  }
+  g_free (text);
+  config_setting_set_hook (config_root_setting (&pl->cfg), pl->lines);   /* psm_setting_where reads it */
   /* Integer literals libconfig wrapped to 32 bits: the values it holds are
    * wrong, so stop before validating them. */
   GPtrArray *wrapped = g_ptr_array_new_with_free_func (g_free);
@@ -416,6 +427,7 @@ psm_pipeline_free (PsmPipeline *pl)
   if (!pl)
     return;
   config_destroy (&pl->cfg);
+  psm_line_map_free (pl->lines);
   g_hash_table_destroy (pl->sections);
   g_hash_table_destroy (pl->plugins);
   g_ptr_array_unref (pl->notes);
@@ -445,6 +457,8 @@ psm_pipeline_continued (const PsmPipeline *pl, GError **error)
     g_ptr_array_add (sets, g_strdup (*s));
   config_setting_t *l = lookup ((config_t *) &pl->cfg, "continue.set");
   int line = l ? config_setting_source_line (l) : 0;
+  const char *lfile = pl->file;
+  psm_line_map_where (pl->lines, line, &lfile, &line);
   if (l && config_setting_type (l) == CONFIG_TYPE_STRING)
     g_ptr_array_add (sets, g_strdup (config_setting_get_string (l)));
   else
@@ -461,7 +475,7 @@ psm_pipeline_continued (const PsmPipeline *pl, GError **error)
   g_ptr_array_unref (sets);
   if (!two) {
     g_set_error (error, e->domain, e->code, "%s:%d: continue.set: the second phase's pipeline is invalid:\n%s",
-                 pl->file, line, e->message);
+                 lfile, line, e->message);
     g_error_free (e);
     return NULL;
   }
@@ -508,8 +522,8 @@ psm_pipeline_write (const PsmPipeline *pl, const char *path, GError **error)
 {
   /* config_write_file() ignores write errors: write, flush and sync here,
    * and rename only a complete file into place. */
-  char *tmp = g_strdup_printf ("%s.tmp.%d", path, (int) getpid ());
-  FILE *f = fopen (tmp, "w");
+  char *tmp;
+  FILE *f = psm_fopen_temp (path, &tmp);
   int e = errno;
   gboolean ok = f != NULL;
   if (ok) {

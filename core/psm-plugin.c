@@ -198,8 +198,31 @@ psm_plugin_path (void)
   return (const char *const *) search_path;
 }
 
+/* A plugin's name: 1 to 64 of [a-z0-9_], so that a name from a pipeline
+ * cannot leave the plugin folders ("x/../../evil"; issue 58). */
+static gboolean
+valid_name (const char *name)
+{
+  size_t n = strspn (name, "abcdefghijklmnopqrstuvwxyz0123456789_");
+  return n > 0 && n <= 64 && name[n] == '\0';
+}
+
+/* Whether d is not the plugin a file's name asks for (want_name NULL:
+ * any), with the error said. */
+static gboolean
+other_name (const char *path, PsmKind want_kind, const char *want_name, const PsmPluginDesc *d, GError **error)
+{
+  if (!want_name || (d->kind == want_kind && strcmp (d->name, want_name) == 0))
+    return FALSE;
+  g_set_error (error, PSM_PLUGIN_ERROR, PSM_PLUGIN_ERROR_KIND, "%s: file is named for %s '%s' but the plugin is %s '%s'",
+               path, psm_kind_name (want_kind), want_name, psm_kind_name (d->kind), d->name);
+  return TRUE;
+}
+
+/* The plugin at path; with want_name, it must be the plugin of that kind
+ * and name, checked before its init runs. */
 static const PsmPlugin *
-load_locked (const char *path, GError **error)
+load_locked (const char *path, PsmKind want_kind, const char *want_name, GError **error)
 {
   if (!by_path) {
     by_path = g_hash_table_new (g_str_hash, g_str_equal);
@@ -207,7 +230,7 @@ load_locked (const char *path, GError **error)
   }
   PsmPlugin *known = g_hash_table_lookup (by_path, path);
   if (known)
-    return known;
+    return other_name (path, want_kind, want_name, known->desc, error) ? NULL : known;
 
   void *h = dlopen (path, RTLD_NOW | RTLD_LOCAL);
   if (!h) {
@@ -238,10 +261,14 @@ load_locked (const char *path, GError **error)
     return NULL;
   }
   const char *kname = psm_kind_name (d->kind);
-  if (!kname || !d->name || !*d->name || !d->klass) {
+  if (!kname || !d->name || !valid_name (d->name) || !d->klass) {
     g_set_error (error, PSM_PLUGIN_ERROR, PSM_PLUGIN_ERROR_KIND,
-                 "%s: invalid descriptor (kind %d, name %s, %s)", path, (int) d->kind,
-                 d->name ? d->name : "(null)", d->klass ? "class set" : "no class");
+                 "%s: invalid descriptor (kind %d, name %s, %s; names are 1 to 64 of a-z, 0-9 and _)", path,
+                 (int) d->kind, d->name ? d->name : "(null)", d->klass ? "class set" : "no class");
+    dlclose (h);
+    return NULL;
+  }
+  if (other_name (path, want_kind, want_name, d, error)) {
     dlclose (h);
     return NULL;
   }
@@ -293,7 +320,7 @@ const PsmPlugin *
 psm_plugin_load_file (const char *path, GError **error)
 {
   g_mutex_lock (&lock);
-  const PsmPlugin *pl = load_locked (path, error);
+  const PsmPlugin *pl = load_locked (path, 0, NULL, error);
   g_mutex_unlock (&lock);
   return pl;
 }
@@ -308,18 +335,20 @@ const PsmPlugin *
 psm_plugin_find (PsmKind kind, const char *name, GError **error)
 {
   g_return_val_if_fail (psm_kind_name (kind), NULL);
+  if (!valid_name (name)) {
+    g_set_error (error, PSM_PLUGIN_ERROR, PSM_PLUGIN_ERROR_NOT_FOUND,
+                 "invalid %s plugin name '%s': a name is 1 to 64 of a-z, 0-9 and _ (see psm-run --list)",
+                 psm_kind_name (kind), name);
+    return NULL;
+  }
   char *base = file_name (kind, name);
   const char *const *dirs = psm_plugin_path ();
   for (const char *const *d = dirs; *d; d++) {
     char *path = g_build_filename (*d, base, NULL);
     if (g_file_test (path, G_FILE_TEST_EXISTS)) {
-      const PsmPlugin *pl = psm_plugin_load_file (path, error);
-      if (pl && (pl->desc->kind != kind || strcmp (pl->desc->name, name) != 0)) {
-        g_set_error (error, PSM_PLUGIN_ERROR, PSM_PLUGIN_ERROR_KIND,
-                     "%s: file is named for %s '%s' but the plugin is %s '%s'", path,
-                     psm_kind_name (kind), name, psm_kind_name (pl->desc->kind), pl->desc->name);
-        pl = NULL;
-      }
+      g_mutex_lock (&lock);
+      const PsmPlugin *pl = load_locked (path, kind, name, error);
+      g_mutex_unlock (&lock);
       g_free (path);
       g_free (base);
       return pl;

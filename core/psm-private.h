@@ -547,6 +547,16 @@ void psm_cell_recurrent_backward (int B, int H, int N, const float *mask, const 
 /* malloc / calloc / 64-byte aligned (free with free()) that call
  * psm_out_of_memory instead of returning NULL (core/psm-mem.c). */
 void *psm_xmalloc (size_t bytes, const char *what);
+
+/* Run-folder files (core/psm-file.c). psm_fopen_nofollow: fopen's modes
+ * "r", "w", "a" (with "b" or "+"), refusing a symbolic link (errno ELOOP).
+ * psm_fopen_temp: a new file PATH.tmp.XXXXXX of an unpredictable name for
+ * writing ("wb"), its name in *tmp (g_free; set even on failure), to be
+ * renamed over path when complete. NULL with errno on failure. */
+FILE *psm_fopen_nofollow (const char *path, const char *mode);
+FILE *psm_fopen_temp (const char *path, char **tmp);
+/* g_strerror (e), with ELOOP said as what it means here (a link). */
+const char *psm_file_error (int e);
 void *psm_xmalloc0 (size_t bytes, const char *what);
 void *psm_xaligned (size_t bytes, const char *what);
 

@@ -35,7 +35,7 @@ psm_run_optim_config (const PsmSection *s, PsmOptConfig *c)
 gboolean
 psm_run_write_failed (GError **error, const char *path)
 {
-  g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: cannot write: %s", path, g_strerror (errno));
+  g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: cannot write: %s", path, psm_file_error (errno));
   return FALSE;
 }
 
@@ -224,9 +224,9 @@ open_output (const char *dir, const char *name, const char *split, const char *e
 {
   *path = g_strdup_printf ("%s/%s.%s.%s", dir, name, split, ext);
   char *part = g_strconcat (*path, ".part", NULL);
-  FILE *f = fopen (part, "w");
+  FILE *f = psm_fopen_nofollow (part, "w");
   if (!f)
-    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: cannot write: %s", part, g_strerror (errno));
+    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: cannot write: %s", part, psm_file_error (errno));
   g_free (part);
   return f;
 }
@@ -307,7 +307,7 @@ psm_run_decode_input (PsmModel *m, const char *input, gboolean json, GError **er
     return FALSE;
   }
   int n = (int) g_strv_length (lines);
-  PsmEvalOptions eo = { 0, TRUE, json ? NULL : stdout, NULL, json ? stdout : NULL, isatty (2) };
+  PsmEvalOptions eo = { 0, TRUE, json ? NULL : stdout, NULL, json ? stdout : NULL, isatty (2), NULL, NULL };
   gboolean ok = n > 0;
   if (!ok)
     g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "--input %s: no text to decode (one article a line)",
@@ -355,7 +355,7 @@ psm_run_eval (PsmModel *m, PsmSplit split, gboolean write_decodes, gboolean json
   gboolean seq = psm_model_has_decoder (m);
   const char *sn = split_name (split);
   PsmEvalOptions eo = { psm_section_int (psm_pipeline_section (pl, "eval"), "examples"), TRUE, NULL, NULL, NULL,
-                        isatty (2) };
+                        isatty (2), NULL, NULL };
   char *out_path = NULL, *ref_path = NULL, *json_path = NULL;
   gboolean ok = TRUE;
   if (write_decodes) {
@@ -402,7 +402,7 @@ psm_run_eval (PsmModel *m, PsmSplit split, gboolean write_decodes, gboolean json
     if (!seq && !isnan (r.mean_gate))
       printf ("mean gate (probability of the vocabulary softmax) %.4f over %ld words\n", r.mean_gate, r.n_examples);
     char *log_path = g_build_filename (dir, "log.jsonl", NULL);
-    FILE *log = fopen (log_path, "a");
+    FILE *log = psm_fopen_nofollow (log_path, "a");
     if (!log) {
       ok = psm_run_write_failed (error, log_path);
     } else {
@@ -512,7 +512,7 @@ psm_run_check (PsmModel *m, GError **error)
 
   /* Decode/evaluate the (tiny) validation split. */
   PsmEvalResult r;
-  PsmEvalOptions eo = { psm_model_has_decoder (m) ? 4 : 64, TRUE, NULL, NULL, NULL, FALSE };
+  PsmEvalOptions eo = { psm_model_has_decoder (m) ? 4 : 64, TRUE, NULL, NULL, NULL, FALSE, NULL, NULL };
   if (!psm_model_evaluate (m, PSM_SPLIT_VALID, &eo, &r, error)) {
     psm_optim_free (optim);
     return FALSE;

@@ -82,14 +82,22 @@ json_string (const char *p, GString *out)
   }
 }
 
-/* Skips any JSON value (strings, numbers, literals, nested containers). */
+/* Skips any JSON value (strings, numbers, literals, nested containers);
+ * NULL where it is not one, with *deep set where arrays and objects nest
+ * more than JSON_MAX_DEPTH levels (the recursion's bound: a line of
+ * 200,000 '[' had overflowed the stack, issue 58). */
+#define JSON_MAX_DEPTH 64
 static const char *
-json_skip (const char *p, GString *tmp)
+json_skip (const char *p, GString *tmp, int depth, gboolean *deep)
 {
   p = skip_ws (p);
   if (*p == '"')
     return json_string (p, tmp);
   if (*p == '{' || *p == '[') {
+    if (depth >= JSON_MAX_DEPTH) {
+      *deep = TRUE;
+      return NULL;
+    }
     char open = *p, close = open == '{' ? '}' : ']';
     p = skip_ws (p + 1);
     if (*p == close)
@@ -101,7 +109,7 @@ json_skip (const char *p, GString *tmp)
           return NULL;
         p++;
       }
-      p = json_skip (p, tmp);
+      p = json_skip (p, tmp, depth + 1, deep);
       if (!p)
         return NULL;
       p = skip_ws (p);
@@ -124,7 +132,7 @@ parse_record (const char *line, const char *const *keys, GString *article, GStri
               const char **why)
 {
   GString *key = g_string_new (NULL), *tmp = g_string_new (NULL);
-  gboolean have_a = FALSE, have_s = FALSE, ok = FALSE;
+  gboolean have_a = FALSE, have_s = FALSE, ok = FALSE, deep = FALSE;
   const char *p = skip_ws (line);
   *why = "invalid JSON";
   if (*p++ != '{')
@@ -147,14 +155,14 @@ parse_record (const char *line, const char *const *keys, GString *article, GStri
           have_s = TRUE;
       } else {
         if ((is_a || is_s) && *p != '"') {
-          p = json_skip (p, tmp);
+          p = json_skip (p, tmp, 1, &deep);
           if (!p)
             goto out;
           g_string_printf (why_buf, "\"%s\" is not a string", is_a ? keys[0] : keys[1]);
           *why = why_buf->str;
           goto out;
         }
-        p = json_skip (p, tmp);
+        p = json_skip (p, tmp, 1, &deep);
       }
       if (!p)
         goto out;
@@ -177,6 +185,8 @@ parse_record (const char *line, const char *const *keys, GString *article, GStri
   }
   ok = *why == NULL;
 out:
+  if (deep)
+    *why = "invalid JSON: arrays and objects nested more than " G_STRINGIFY (JSON_MAX_DEPTH) " levels deep";
   g_string_free (key, TRUE);
   g_string_free (tmp, TRUE);
   return ok;
@@ -192,6 +202,15 @@ blank (const char *s)
 }
 
 /* ---- reading a split into pairs of texts ---- */
+
+/* A UTF-8 byte-order mark at the start of a file's first line (some
+ * editors and exporters write one) is not part of its first record. */
+static void
+skip_bom (char *line)
+{
+  if ((unsigned char) line[0] == 0xef && (unsigned char) line[1] == 0xbb && (unsigned char) line[2] == 0xbf)
+    memmove (line, line + 3, strlen (line + 3) + 1);
+}
 
 static FILE *
 open_split (const char *path, GError **error)
@@ -227,6 +246,8 @@ psm_read_text_pairs (const char *path, const char *path2, const char *const keys
       break;
     lineno++;
     const char *why = NULL;
+    if (lineno == 1)
+      skip_bom (line);
     if (path2) {
       if (getline (&tline, &tcap, ft) < 0) {
         g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: has fewer lines than %s (%ld)", path2, path,
@@ -234,6 +255,8 @@ psm_read_text_pairs (const char *path, const char *path2, const char *const keys
         ok = FALSE;
         break;
       }
+      if (lineno == 1)
+        skip_bom (tline);
       g_string_assign (a, line);
       g_string_assign (s, tline);
     } else if (blank (line)) {

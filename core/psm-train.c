@@ -459,10 +459,10 @@ trainer_open (Trainer *t, GError **error)
       return FALSE;
   }
   if (t->rank0) {
-    t->log = fopen (t->log_path, t->opt->resume ? "a" : "w");
+    t->log = psm_fopen_nofollow (t->log_path, t->opt->resume ? "a" : "w");
     if (!t->log) {
       g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: cannot open log: %s", t->log_path,
-                   g_strerror (errno));
+                   psm_file_error (errno));
       return FALSE;
     }
   }
@@ -483,7 +483,7 @@ static gboolean
 validate (Trainer *t, long done, PsmProfile *prof, gboolean *stop, gboolean *nonfinite, GError **error)
 {
   PsmEvalResult r;
-  PsmEvalOptions vo = { t->valid_n, FALSE, NULL, NULL, NULL, FALSE };
+  PsmEvalOptions vo = { t->valid_n, FALSE, NULL, NULL, NULL, FALSE, NULL, NULL };
   PsmGraph *g = psm_model_graph (t->m);
   psm_graph_set_profile (g, NULL);   /* training steps only */
   gboolean evaluated = psm_model_evaluate (t->m, PSM_SPLIT_VALID, &vo, &r, error);

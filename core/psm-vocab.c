@@ -62,6 +62,17 @@ psm_vocab_add (PsmVocab *v, const char *w)
   return id >= 0 ? id : add_counted (v, w, 0);
 }
 
+void
+psm_vocab_truncate (PsmVocab *v, int n)
+{
+  for (int id = (int) v->words->len - 1; id >= MAX (n, 0); id--)
+    g_hash_table_remove (v->index, v->words->pdata[id]);
+  if ((guint) MAX (n, 0) < v->words->len) {
+    g_ptr_array_set_size (v->words, MAX (n, 0));
+    g_array_set_size (v->counts, MAX (n, 0));
+  }
+}
+
 const char *
 psm_vocab_word (const PsmVocab *v, int32_t id)
 {

@@ -3,6 +3,8 @@
 # under AddressSanitizer + UBSan, and keeps what it finds:
 #   sh fuzz/run.sh [SECONDS_PER_TARGET] [TARGET...]     (default 60 s, every target)
 #   FUZZ_RUNS=10000000 sh fuzz/run.sh 20000 ...   (also stop a target after that many executions)
+#   FUZZ_MAX_LEN=4096 sh fuzz/run.sh ...   (the largest input; default 1 MiB, the server's
+#                                          --max-body: a 4 KiB cap hid issue 58's deep nesting)
 # Builds an instrumented psm (libpsm and the plugins) in _fuzz/ (again when
 # the sources change), runs
 # each target (fuzz/psm-fuzz.c) for the given time on one core per target,
@@ -21,6 +23,7 @@
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 secs=${1:-60}
+max_len=${FUZZ_MAX_LEN:-1048576}
 [ $# -gt 0 ] && shift
 targets=${*:-pipeline checkpoint cnndm_jsonl cnndm_lines headline lm nmt view_record serve_request stream_state saved_vocab}
 build=${PSM_FUZZ_BUILD:-$top/_fuzz}
@@ -56,7 +59,7 @@ export TMPDIR="${PSM_FUZZ_TMPDIR:-${TMPDIR:-/tmp}}"
 export ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1
 export LSAN_OPTIONS=suppressions=$top/fuzz/lsan.supp
 cd "$top"   # pipelines name their data relative to the project root
-echo "# $(date -u +%Y-%m-%dT%H:%MZ), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), clang $(clang -dumpversion), $secs s a target"
+echo "# $(date -u +%Y-%m-%dT%H:%MZ), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), clang $(clang -dumpversion), $secs s a target, inputs up to $max_len bytes"
 printf '%-12s %12s %8s %10s %8s %s\n' target executions seconds exec/s corpus result
 status=0
 one () {
@@ -64,12 +67,12 @@ one () {
   mkdir -p "$build/$t/new" "$top/fuzz/corpus/$t"
   leaks=1
   [ "$t" = pipeline ] && leaks=0
-  PSM_FUZZ_TARGET=$t "$build/psm-fuzz" -max_total_time="$secs" ${FUZZ_RUNS:+-runs=$FUZZ_RUNS} -max_len=4096 \
+  PSM_FUZZ_TARGET=$t "$build/psm-fuzz" -max_total_time="$secs" ${FUZZ_RUNS:+-runs=$FUZZ_RUNS} -max_len="$max_len" \
     -timeout=10 -rss_limit_mb=2048 -detect_leaks=$leaks -close_fd_mask=2 -print_final_stats=1 \
     -artifact_prefix="$build/$t/" "$build/$t/new" "$top/fuzz/corpus/$t" > "$build/$t/log" 2>&1
   rc=$?
   if [ $rc -eq 0 ] && [ $leaks -eq 0 ]; then   # every input once, leak checks on
-    PSM_FUZZ_TARGET=$t "$build/psm-fuzz" -runs=0 -detect_leaks=1 -max_len=4096 -timeout=10 -close_fd_mask=2 \
+    PSM_FUZZ_TARGET=$t "$build/psm-fuzz" -runs=0 -detect_leaks=1 -max_len="$max_len" -timeout=10 -close_fd_mask=2 \
       -artifact_prefix="$build/$t/" "$build/$t/new" "$top/fuzz/corpus/$t" > "$build/$t/leaks.log" 2>&1 || rc=1
   fi
   runs=$(sed -n 's/^stat::number_of_executed_units: *\([0-9]*\).*/\1/p' "$build/$t/log" | tail -1)
@@ -79,7 +82,7 @@ one () {
     took=$(awk -v r="${runs:-0}" -v x="${rate:-0}" -v s="$secs" 'BEGIN { printf "%.0f", (x > 0 ? r / x : s) }')
   fi
   # keep the inputs that reach new code
-  PSM_FUZZ_TARGET=$t "$build/psm-fuzz" -merge=1 -max_len=4096 -close_fd_mask=2 "$top/fuzz/corpus/$t" "$build/$t/new" \
+  PSM_FUZZ_TARGET=$t "$build/psm-fuzz" -merge=1 -max_len="$max_len" -close_fd_mask=2 "$top/fuzz/corpus/$t" "$build/$t/new" \
     > "$build/$t/merge.log" 2>&1
   kept=$(ls "$top/fuzz/corpus/$t" | wc -l)
   if [ $rc -eq 0 ]; then res="no crash, hang or report"; else res="FOUND: see $build/$t/log ($(ls "$build/$t" | grep -E '^(crash|timeout|leak|oom)-' | head -1))"; fi

@@ -114,17 +114,29 @@ out=$( (ulimit -f 0; trap '' XFSZ; exec "$run" --mode train "$tmp/tiny.cfg" --se
 printf '%s\n' "$out" > "$tmp/out"
 grep -q "^exit 1$" "$tmp/out" && grep -q "pipeline.cfg: cannot write the resolved pipeline: File too large" "$tmp/out" && ok "a pipeline.cfg that cannot be written stops the run" || bad "a pipeline.cfg that cannot be written stops the run"
 [ ! -e "$tmp/full/pipeline.cfg" ] && ok "and no empty pipeline.cfg is renamed into place" || bad "and no empty pipeline.cfg is renamed into place"
+# a symbolic link planted in a run folder is not written through (issue 58)
 cp -r "$tmp/r" "$tmp/logfull"
-rm "$tmp/logfull/log.jsonl" && ln -s /dev/full "$tmp/logfull/log.jsonl"
-expect 1 "a log that cannot be written stops training" "log.jsonl: cannot write: No space left on device" -- \
+echo "the victim's words" > "$tmp/victim.txt"
+rm "$tmp/logfull/log.jsonl" && ln -s "$tmp/victim.txt" "$tmp/logfull/log.jsonl"
+expect 1 "a log.jsonl that is a symbolic link stops training, named" \
+  "log.jsonl: cannot open log: is a symbolic link (psm does not write through links in a run folder)" -- \
   "$run" --mode train --resume "$tmp/tiny.cfg" --set "run.dir=$tmp/logfull" --set train.steps=40
+[ "$(cat "$tmp/victim.txt")" = "the victim's words" ] && ok "and the link's target is untouched" || bad "the victim was written"
+rm "$tmp/logfull/log.jsonl" && cp "$tmp/r/log.jsonl" "$tmp/logfull/log.jsonl"
 # outputs go to NAME.part, renamed over NAME once the whole decoding succeeded
 echo "earlier summaries" > "$tmp/logfull/decode.test.txt"
-ln -s /dev/full "$tmp/logfull/decode.test.txt.part"
-expect 1 "decode outputs that cannot be written are an error" "decode.test.txt: cannot write: No space left on device" -- \
+ln -s "$tmp/victim.txt" "$tmp/logfull/decode.test.txt.part"
+expect 1 "a decode output that is a symbolic link is an error" "decode.test.txt.part: cannot write: is a symbolic link" -- \
   "$run" --mode decode "$tmp/tiny.cfg" --set "run.dir=$tmp/logfull"
-[ "$(cat "$tmp/logfull/decode.test.txt")" = "earlier summaries" ] && [ ! -L "$tmp/logfull/decode.test.txt.part" ] &&
-  ok "and the earlier outputs are kept, no .part left" || bad "a failed decoding kept the earlier outputs"
+[ "$(cat "$tmp/logfull/decode.test.txt")" = "earlier summaries" ] && [ "$(cat "$tmp/victim.txt")" = "the victim's words" ] &&
+  ok "and the earlier outputs and the link's target are kept" || bad "a failed decoding kept the earlier outputs"
+rm -f "$tmp/logfull/decode.test.txt.part"
+# checkpoints are written to an unpredictable temporary name: a link planted
+# at the old predictable one (NAME.tmp.PID) is never followed
+ln -s "$tmp/victim.txt" "$tmp/logfull/last.ckpt.tmp.1"
+expect 0 "training past a planted last.ckpt.tmp link" "resumed" -- \
+  "$run" --mode train --resume "$tmp/tiny.cfg" --set "run.dir=$tmp/logfull" --set train.steps=40
+[ "$(cat "$tmp/victim.txt")" = "the victim's words" ] && ok "and the link's target is untouched" || bad "the victim was written"
 
 # corrupt checkpoint
 cp -r "$tmp/r" "$tmp/corrupt"
@@ -549,6 +561,38 @@ pad_split=$(sed -n 's/.*source padding \([0-9.]*\)%.*/\1/p' "$tmp/sort_false.out
 # positions (40.9 % padding), batches by length 1 2 3 4 | ... to 3 (12 + 24 + 36) x 4 = 288 (18.8 %)
 [ "$pad_split" = 40.9 ] && [ "$pad_sorted" = 18.8 ] && ok "decode.sort: padding 40.9 % -> 18.8 %" \
   || { cat "$tmp/sort_true.out" > "$tmp/out"; bad "decode.sort: padding $pad_split % -> $pad_sorted %"; }
+
+# hostile input to the readers (issue 58)
+# @include paths are relative to the file that holds them, nested ones too
+mkdir -p "$tmp/inc/sub" "$tmp/inc/blocks"
+printf '@include "inner.cfg"\ntrain = { batch = 16; steps = 4; eval_every = 2; log_every = 2;\n  optimizer = { name = "adam"; lr = 0.01; }; };\n' \
+  > "$tmp/inc/blocks/outer.cfg"
+sed -n '/^task/,/^          head/p' "$tmp/tiny.cfg" > "$tmp/inc/blocks/inner.cfg"
+printf '@include "../blocks/outer.cfg"\neval = { batch = 25; };\nmetrics = ( "error_rate" );\n' > "$tmp/inc/sub/top.cfg"
+expect 0 "nested @include: each path relative to its own file" "check: OK" -- "$run" --check "$tmp/inc/sub/top.cfg"
+sed -i 's/hidden = 16; attn_dim/hidden = 16; nosuch = 1; attn_dim/' "$tmp/inc/blocks/inner.cfg"
+expect 2 "an error in a nested @include names that file and line" "inner.cfg:5: model.head.nosuch: unknown" -- \
+  "$run" --check "$tmp/inc/sub/top.cfg"
+printf '# a comment\ntask = { plugin = ; };\n' > "$tmp/inc/blocks/inner.cfg"
+expect 2 "a parse error in a nested @include names that file and line" "inner.cfg:2: parse error" -- \
+  "$run" --check "$tmp/inc/sub/top.cfg"
+printf '@include "outer.cfg"\n' > "$tmp/inc/blocks/inner.cfg"
+expect 2 "an @include circle ends with a message" "@include nested more than 10 deep" -- "$run" --check "$tmp/inc/sub/top.cfg"
+# a plugin name cannot leave the plugin folders, and no constructor of a file outside them runs
+mkdir -p "$tmp/plug/psm-task-x"
+printf '#include <stdio.h>\n__attribute__ ((constructor)) static void pwn (void) { fclose (fopen ("%s/pwned", "w")); }\n' "$tmp" \
+  > "$tmp/evil.c"
+if cc -shared -fPIC -o "$tmp/evil.so" "$tmp/evil.c" 2> /dev/null; then
+  expect 2 "plugin = \"x/../../evil\" is refused by name" "invalid task plugin name 'x/../../evil'" -- \
+    env PSM_PLUGIN_PATH="$tmp/plug:$PSM_PLUGIN_PATH" "$run" --check "$tmp/tiny.cfg" --set 'task.plugin="x/../../evil"'
+  [ ! -e "$tmp/pwned" ] && ok "and evil.so was never loaded" || bad "evil.so's constructor ran"
+fi
+# the cnndm reader: a byte-order mark, and nesting deeper than it takes
+{ printf '\357\273\277'; cat "$tmp/sum.jsonl"; { printf '{"article": "a b .", "highlights": "c .", "x": '
+  head -c 200000 /dev/zero | tr '\0' '['; printf '}\n'; }; } > "$tmp/bom.jsonl"
+expect 0 "a jsonl with a byte-order mark and a line nested 200,000 deep: read, the line skipped by number" \
+  "bom.jsonl: skipped 1 bad record (line 7; first: invalid JSON: arrays and objects nested more than 64 levels deep)" -- \
+  "$run" --check "$tmp/sum.cfg" --set "task.train=\"$tmp/bom.jsonl\""
 
 # OMP_THREAD_LIMIT below the threads asked for: OpenBLAS's OpenMP build hung here
 expect 0 "OMP_THREAD_LIMIT below OMP_NUM_THREADS does not hang" "check: OK" -- \

@@ -78,7 +78,7 @@ code=$(curl -s -o "$tmp/page.html" -w '%{http_code}' "$url")
 # 8 clients at once: all answered, the same summary each, batched
 clients=""
 for i in 1 2 3 4 5 6 7 8; do
-  curl -s -X POST --data-binary "{\"text\": \"$text\", \"beam\": 3, \"min_len\": 2, \"max_len\": 6}" "${url}summarize" \
+  curl -s -X POST -H "Content-Type: application/json" --data-binary "{\"text\": \"$text\", \"beam\": 3, \"min_len\": 2, \"max_len\": 6}" "${url}summarize" \
     -o "$tmp/c$i" -w '%{http_code}' > "$tmp/code$i" &
   clients="$clients $!"
 done
@@ -91,7 +91,7 @@ done
 [ "$good" -eq 8 ] && ok "8 concurrent requests: all 200 with the same summary" || bad "8 concurrent requests ($good good)"
 [ "$maxb" -ge 2 ] && ok "concurrent requests are decoded in batches (largest: $maxb; eval.batch 4)" || bad "batched (largest $maxb)"
 # a client that hangs up while its request waits
-curl -s -m 0.1 -X POST --data-binary "{\"text\": \"$text\"}" "${url}summarize" > /dev/null 2>&1
+curl -s -m 0.1 -X POST -H "Content-Type: application/json" --data-binary "{\"text\": \"$text\"}" "${url}summarize" > /dev/null 2>&1
 sleep 0.5
 expect_status 200 "after a client hung up, the next request is answered" '"summary": "' "{\"text\": \"$text\"}"
 stop && ok "SIGTERM stops it with status 0" || bad "SIGTERM stops it cleanly"

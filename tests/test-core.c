@@ -678,6 +678,18 @@ START_TEST (test_checkpoint_checks)
   expect_refused (path, p, oa, "holds parameters only (no optimiser state)");
   ck_assert (psm_checkpoint_load (path, p, NULL, NULL, &e));
 
+  /* weights that are not finite, or too large for a product of two to be:
+   * refused at load, naming the parameter (issue 58); the model keeps its own */
+  float keep[5], bads[3] = { NAN, INFINITY, 3e38f };
+  memcpy (keep, psm_params_data (p), sizeof keep);
+  for (int i = 0; i < 3; i++) {
+    psm_params_data (p)[3] = bads[i];
+    ck_assert (psm_checkpoint_save (path, p, NULL, FALSE, &meta, &e));
+    memcpy (psm_params_data (p), keep, sizeof keep);
+    expect_refused (path, p, NULL, "parameter 'w' [3] is");
+    ck_assert (memcmp (psm_params_data (p), keep, sizeof keep) == 0);
+  }
+
   /* header values that pass the checksum but that psm never writes */
   ck_assert (psm_checkpoint_save (path, p, oa, TRUE, &meta, &e));
   gchar *buf;
@@ -760,6 +772,16 @@ START_TEST (test_vocab)
   ck_assert (psm_vocab_word (v, 4) == NULL && psm_vocab_word (v, -1) == NULL && psm_vocab_id (v, "d") == -1);
   ck_assert_int_eq (psm_vocab_add (v, "zebra"), 4);   /* an unseen word: count 0 */
   ck_assert_int_eq (psm_vocab_add (v, "zebra"), 4);
+  /* a raw text's words taken out again (psm_vocab_truncate): forgotten by id and by word */
+  ck_assert_int_eq (psm_vocab_add (v, "okapi"), 5);
+  ck_assert_int_eq (psm_vocab_add (v, "quagga"), 6);
+  psm_vocab_truncate (v, 5);
+  ck_assert (psm_vocab_size (v) == 5 && psm_vocab_id (v, "okapi") == -1 && psm_vocab_id (v, "quagga") == -1 &&
+             psm_vocab_word (v, 5) == NULL && psm_vocab_id (v, "zebra") == 4);
+  ck_assert_int_eq (psm_vocab_add (v, "quagga"), 5);
+  psm_vocab_truncate (v, 5);
+  psm_vocab_truncate (v, 9);   /* past the end: nothing */
+  ck_assert_int_eq (psm_vocab_size (v), 5);
   /* save the first 4, read back after the special word */
   char *dir = g_dir_make_tmp ("psm-test-vocab-XXXXXX", NULL), *path = g_build_filename (dir, "vocab.txt", NULL);
   GError *e = NULL;

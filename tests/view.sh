@@ -121,6 +121,23 @@ expect 1 "plot a corrupt log: file and line" "badlog.jsonl:2: not a JSON object"
 printf '{"step": 1, "split": "train", "loss": 2.0}\n{"step": 2}{"step": 3, "split": "train", "loss": 1.0}\n' > "$tmp/badlog.jsonl"
 expect 1 "plot: two values on a line" "badlog.jsonl:2: not a JSON object" -- "$run" plot "$tmp/badlog.jsonl" -o "$tmp/x.svg"
 expect 2 "plot without runs" "expected one run folder or more" -- "$run" plot
+# a record whose fields have other types (issue 58: "split": 5 crashed plot)
+for v in 5 null '[1]'; do
+  printf '{"step": 1, "split": "train", "loss": 2.0}\n{"step": 1, "split": %s, "loss": 1.0}\n' "$v" > "$tmp/badlog.jsonl"
+  expect 1 "plot: \"split\": $v is refused with file and line" \
+    'badlog.jsonl:2: not a record of psm.s log: "step" must be a number and "split" a string' -- \
+    "$run" plot "$tmp/badlog.jsonl" -o "$tmp/x.svg"
+done
+printf '{"step": "1", "split": "train", "loss": 2.0}\n' > "$tmp/badlog.jsonl"
+expect 1 "plot: a \"step\" that is a string" 'badlog.jsonl:1: not a record' -- "$run" plot "$tmp/badlog.jsonl" -o "$tmp/x.svg"
+# nesting deeper than the readers take (issue 58: 100,000 '[' overflowed json-glib's stack)
+{ printf '{"a": '; head -c 100000 /dev/zero | tr '\0' '['; printf '\n'; } > "$tmp/deep.jsonl"
+expect 1 "view: 100,000 nested arrays are refused, file and line" \
+  "deep.jsonl:1: arrays and objects nested deeper than this reader takes" -- "$run" view "$tmp/deep.jsonl"
+{ printf '{"step": 1, "split": "train", "loss": 2.0}\n{"a": '; head -c 100000 /dev/zero | tr '\0' '['; printf '\n'; } \
+  > "$tmp/deeplog.jsonl"
+expect 1 "plot: 100,000 nested arrays are refused, file and line" \
+  "deeplog.jsonl:2: not a JSON object: arrays and objects nested deeper" -- "$run" plot "$tmp/deeplog.jsonl" -o "$tmp/x.svg"
 
 # a real browser
 browser=$(command -v chromium || command -v chromium-browser || command -v google-chrome || true)

@@ -62,6 +62,21 @@ add_point (Run *r, const char *name, gboolean dashed, double x, double y)
   g_array_append_val (s->y, y);
 }
 
+/* Whether a member is there and a number; a number member or def. */
+static gboolean
+is_number (JsonNode *v)
+{
+  return v && JSON_NODE_HOLDS_VALUE (v) &&
+         (json_node_get_value_type (v) == G_TYPE_DOUBLE || json_node_get_value_type (v) == G_TYPE_INT64);
+}
+
+static double
+member_number (JsonObject *o, const char *name, double def)
+{
+  JsonNode *v = json_object_get_member (o, name);
+  return is_number (v) ? json_node_get_double (v) : def;
+}
+
 /* Reads RUN/log.jsonl: train and valid records (events and test records
  * are skipped). */
 static gboolean
@@ -84,7 +99,7 @@ read_run (const char *dir, Run *r, GError **error)
     if (!*g_strstrip (lines[i]))
       continue;
     GError *e = NULL;
-    PsmJsonShape shape = psm_json_shape (lines[i], strlen (lines[i]));
+    PsmJsonShape shape = psm_json_shape (lines[i], strlen (lines[i]), PSM_JSON_MAX_DEPTH);
     const char *not_one = shape != PSM_JSON_ONE_VALUE ? psm_json_shape_message (shape) : NULL;
     if (not_one || !json_parser_load_from_data (p, lines[i], -1, &e) ||
         !JSON_NODE_HOLDS_OBJECT (json_parser_get_root (p))) {
@@ -97,8 +112,16 @@ read_run (const char *dir, Run *r, GError **error)
     JsonObject *o = json_node_get_object (json_parser_get_root (p));
     if (!json_object_has_member (o, "step") || !json_object_has_member (o, "split"))
       continue;   /* an event (non-finite loss, ...) */
+    JsonNode *sp = json_object_get_member (o, "split");
+    if (!is_number (json_object_get_member (o, "step")) || !JSON_NODE_HOLDS_VALUE (sp) ||
+        json_node_get_value_type (sp) != G_TYPE_STRING) {
+      g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA,
+                   "%s:%d: not a record of psm's log: \"step\" must be a number and \"split\" a string", path, i + 1);
+      ok = FALSE;
+      break;
+    }
     double step = json_object_get_double_member (o, "step");
-    const char *split = json_object_get_string_member (o, "split");
+    const char *split = json_node_get_string (sp);
     gboolean train = strcmp (split, "train") == 0;
     if (strcmp (split, "test") == 0) {
       /* its first three metrics go into the legend */
@@ -108,21 +131,19 @@ read_run (const char *dir, Run *r, GError **error)
       for (GList *m = members; m && k < 3; m = m->next) {
         JsonNode *v = json_object_get_member (o, m->data);
         if (strcmp (m->data, "step") && strcmp (m->data, "time") && strcmp (m->data, "loss") &&
-            strcmp (m->data, "examples") && JSON_NODE_HOLDS_VALUE (v) &&
-            (json_node_get_value_type (v) == G_TYPE_DOUBLE || json_node_get_value_type (v) == G_TYPE_INT64))
+            strcmp (m->data, "examples") && is_number (v))
           g_string_append_printf (t, "%s%s %.4g", k++ ? ", " : "", (char *) m->data, json_node_get_double (v));
       }
       g_list_free (members);
       g_free (r->test);
       r->test = k ? g_strdup_printf ("test at update %g (%g examples): %s", step,
-                                     json_object_has_member (o, "examples") ? json_object_get_double_member (o, "examples")
-                                                                             : 0.0, t->str) : NULL;
+                                     member_number (o, "examples", 0.0), t->str) : NULL;
       g_string_free (t, TRUE);
       continue;
     }
     if (!train && strcmp (split, "valid") != 0)
       continue;
-    if (train && json_object_has_member (o, "time")) {
+    if (train && is_number (json_object_get_member (o, "time"))) {
       /* the clock restarts with each process: a second phase or a resume */
       double tm = json_object_get_double_member (o, "time");
       if (tm < last_time)   /* it went on from the old process's last checkpoint, at or after its last record */
@@ -130,7 +151,7 @@ read_run (const char *dir, Run *r, GError **error)
       last_time = tm;
       last_step = step;
     }
-    if (json_object_has_member (o, "loss"))
+    if (is_number (json_object_get_member (o, "loss")))
       add_point (r, train ? "loss (train)" : "loss (valid)", !train, step, json_object_get_double_member (o, "loss"));
     if (train)
       continue;
@@ -139,8 +160,7 @@ read_run (const char *dir, Run *r, GError **error)
       const char *k = m->data;
       JsonNode *v = json_object_get_member (o, k);
       if (strcmp (k, "step") == 0 || strcmp (k, "split") == 0 || strcmp (k, "time") == 0 ||
-          strcmp (k, "loss") == 0 || strcmp (k, "examples") == 0 || !JSON_NODE_HOLDS_VALUE (v) ||
-          (json_node_get_value_type (v) != G_TYPE_DOUBLE && json_node_get_value_type (v) != G_TYPE_INT64))
+          strcmp (k, "loss") == 0 || strcmp (k, "examples") == 0 || !is_number (v))
         continue;
       add_point (r, k, FALSE, step, json_node_get_double (v));
     }

@@ -14,7 +14,8 @@
  * backslash takes one of "\\/bfnrt, or u and four hex digits. (json-glib
  * 1.6 reads "\u0" followed by a quote as an escape and goes on inside the
  * string, so a scanner lenient there ended the string where json-glib did
- * not; found by the view_record fuzzer.) */
+ * not; found by the view_record fuzzer.) \u0000 counts as bad too: the
+ * text after it would be lost silently (issue 58). */
 static const char *
 string_end (const char *c, const char *end, gboolean *bad)
 {
@@ -26,11 +27,16 @@ string_end (const char *c, const char *end, gboolean *bad)
     if (++c == end || !*c)
       return NULL;
     if (*c == 'u') {
+      const char *u = c + 1;
       for (int i = 0; i < 4; i++)
         if (++c == end || !g_ascii_isxdigit (*c)) {
           *bad = c < end && *c;
           return NULL;
         }
+      if (strncmp (u, "0000", 4) == 0) {   /* NUL: json-glib's C strings would end there, dropping the rest */
+        *bad = TRUE;
+        return NULL;
+      }
     } else if (!strchr ("\"\\/bfnrt", *c)) {
       *bad = TRUE;
       return NULL;
@@ -39,11 +45,14 @@ string_end (const char *c, const char *end, gboolean *bad)
   return NULL;
 }
 
+/* Past the first value of text; NULL where it does not end, with *bad set
+ * at a bad escape and *deep when it nests more than max_depth arrays and
+ * objects (0: no bound). */
 static const char *
-first_value_end (const char *text, gsize len, gboolean *bad)
+first_value_end (const char *text, gsize len, int max_depth, gboolean *bad, gboolean *deep)
 {
   const char *c = text, *end = text + len;
-  *bad = FALSE;
+  *bad = *deep = FALSE;
   while (c < end && *c && strchr (BLANKS, *c))
     c++;
   if (c == end || !*c)
@@ -58,9 +67,12 @@ first_value_end (const char *text, gsize len, gboolean *bad)
           return NULL;
         continue;
       }
-      if (*c == '{' || *c == '[')
-        depth++;
-      else if ((*c == '}' || *c == ']') && --depth == 0)
+      if (*c == '{' || *c == '[') {
+        if (++depth > max_depth && max_depth > 0) {
+          *deep = TRUE;
+          return NULL;
+        }
+      } else if ((*c == '}' || *c == ']') && --depth == 0)
         return c + 1;
       c++;
     }
@@ -74,15 +86,17 @@ first_value_end (const char *text, gsize len, gboolean *bad)
 const char *
 psm_json_first_value_end (const char *text, gsize len)
 {
-  gboolean bad;
-  return first_value_end (text, len, &bad);
+  gboolean bad, deep;
+  return first_value_end (text, len, 0, &bad, &deep);
 }
 
 PsmJsonShape
-psm_json_shape (const char *text, gsize len)
+psm_json_shape (const char *text, gsize len, int max_depth)
 {
-  gboolean bad;
-  const char *c = first_value_end (text, len, &bad), *end = text + len;
+  gboolean bad, deep;
+  const char *c = first_value_end (text, len, max_depth, &bad, &deep), *end = text + len;
+  if (deep)
+    return PSM_JSON_TOO_DEEP;
   if (bad)
     return PSM_JSON_BAD_ESCAPE;
   while (c && c < end && *c && strchr (BLANKS, *c))
@@ -96,8 +110,11 @@ psm_json_shape_message (PsmJsonShape shape)
   switch (shape) {
   case PSM_JSON_TRAILING_TEXT:
     return "text follows its first value";
+  case PSM_JSON_TOO_DEEP:
+    return "arrays and objects nested deeper than this reader takes";
   case PSM_JSON_BAD_ESCAPE:
-    return "a string escape JSON does not have (a backslash takes one of \"\\/bfnrt, or u and four hex digits)";
+    return "a string escape JSON does not have (a backslash takes one of \"\\/bfnrt, or u and four hex digits), "
+           "or \\u0000 (a NUL character, which psm's strings cannot hold)";
   default:
     return "one JSON value";
   }
@@ -133,7 +150,7 @@ psm_serve_parse_request (const char *body, gsize len, const PsmDecodeSettings *d
   *text = NULL;
   *ds = *defaults;
   JsonNode *root = NULL;
-  PsmJsonShape shape = psm_json_shape (body, len);
+  PsmJsonShape shape = psm_json_shape (body, len, PSM_REQUEST_MAX_DEPTH);
   if (shape != PSM_JSON_ONE_VALUE) {
     *why = g_strdup_printf ("the body must be one JSON object: {\"text\": \"...\"}; %s", psm_json_shape_message (shape));
   } else if (!json_parser_load_from_data (p, body, (gssize) len, &e)) {

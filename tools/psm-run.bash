@@ -38,7 +38,7 @@ _psm_run ()
     --metric) COMPREPLY=($(compgen -W "$(_psm_run_plugins "$cmd" metric)" -- "$cur")); return ;;
     --input | -i | --source | --output | -o)
       COMPREPLY=($(compgen -f -- "$cur")); compopt -o filenames 2> /dev/null; return ;;
-    --stop-after | --port | --sep | --set | -s | --host | --examples | -n | --max-body | --queue | --batch-wait) return ;;
+    --stop-after | --port | --sep | --set | -s | --host | --examples | -n | --max-body | --queue | --batch-wait | --max-connections | --header-timeout) return ;;
   esac
 
   if [[ $cur == -* ]]; then
@@ -48,7 +48,7 @@ _psm_run ()
       score) opts="--help --metric --sep --source --set" ;;
       view) opts="--help --output --examples --split" ;;
       plot) opts="--help --output" ;;
-      serve) opts="--help --port --host --queue --max-body --batch-wait --set --quiet" ;;
+      serve) opts="--help --port --host --queue --max-body --max-connections --header-timeout --batch-wait --set --quiet" ;;
     esac
     COMPREPLY=($(compgen -W "$opts" -- "$cur"))
     return

@@ -12,8 +12,11 @@
  * and every other queued one with the same beam and lengths (up to the
  * pipeline's eval.batch articles) as one batch, so concurrent clients
  * share the work (it waits --batch-wait ms for the batch to fill); the
- * rest wait in the queue (bounded: 503 beyond --queue). Malformed or oversized requests get 4xx with a message. It
- * listens on 127.0.0.1 unless --host says otherwise. */
+ * rest wait in the queue (bounded: 503 beyond --queue). Malformed or
+ * oversized requests get 4xx with a message. It listens on 127.0.0.1
+ * unless --host says otherwise. Its limits against hostile clients (body,
+ * nesting, connections, timeouts, words; doc/reliability.md, "psm-run
+ * serve's limits"): connections are accepted by psm-serve-conn.c. */
 #include "config.h"
 #include <errno.h>
 #include <stdio.h>
@@ -22,6 +25,7 @@
 #include <libsoup/soup.h>
 #include "psm/psm-pipeline.h"
 #include "psm-tools.h"
+#include "psm-serve-conn.h"
 
 #define MAX_BEAM 64
 #define MAX_LEN 400
@@ -31,6 +35,7 @@ typedef struct {
   char *text;
   PsmDecodeSettings ds;
   gint64 t0;
+  gint gone;               /* the client hung up (set by psm-serve-conn.c's sweep) */
   /* the answer, filled by the worker */
   guint status;
   char *body;
@@ -52,7 +57,8 @@ typedef struct {
   gsize max_body;
   gboolean quiet;
   GMainLoop *loop;
-  long served;
+  PsmServeConns *conns;
+  long served, dropped;
 } Server;
 
 static Job stop_marker;
@@ -64,6 +70,14 @@ respond (SoupServerMessage *msg, guint status, const char *json)
   soup_server_message_set_response (msg, "application/json", SOUP_MEMORY_COPY, json, strlen (json));
 }
 
+/* The same, the message taking json (g_free'd by libsoup: no copy). */
+static void
+respond_take (SoupServerMessage *msg, guint status, char *json)
+{
+  soup_server_message_set_status (msg, status, NULL);
+  soup_server_message_set_response (msg, "application/json", SOUP_MEMORY_TAKE, json, strlen (json));
+}
+
 static void
 respond_error (SoupServerMessage *msg, guint status, const char *fmt, ...) G_GNUC_PRINTF (3, 4);
 static void
@@ -73,11 +87,7 @@ respond_error (SoupServerMessage *msg, guint status, const char *fmt, ...)
   va_start (ap, fmt);
   char *m = g_strdup_vprintf (fmt, ap);
   va_end (ap);
-  GString *s = g_string_new ("{\"error\": ");
-  psm_json_string (s, m);
-  g_string_append (s, "}\n");
-  respond (msg, status, s->str);
-  g_string_free (s, TRUE);
+  respond_take (msg, status, psm_json_error (m));
   g_free (m);
 }
 
@@ -96,18 +106,63 @@ job_done (gpointer data)
 {
   Job *j = data;
   Server *s = g_object_get_data (G_OBJECT (j->msg), "psm-server");
-  respond (j->msg, j->status, j->body);
-  soup_server_message_unpause (j->msg);
+  psm_serve_conns_unwatch (s->conns, j->msg);
   g_atomic_int_add (&s->queued, -1);
-  s->served++;
-  if (!s->quiet)
-    fprintf (stderr, "psm-run serve: POST /summarize %u in %.3f s (%d queued)\n", j->status,
-             (g_get_monotonic_time () - j->t0) * 1e-6, g_atomic_int_get (&s->queued));
+  if (!j->body) {   /* dropped: its client hung up */
+    s->dropped++;
+    if (!s->quiet)
+      fprintf (stderr, "psm-run serve: POST /summarize dropped after %.3f s: the client hung up (%ld so far)\n",
+               (g_get_monotonic_time () - j->t0) * 1e-6, s->dropped);
+    soup_server_message_set_status (j->msg, SOUP_STATUS_REQUEST_TIMEOUT, NULL);
+  } else {
+    respond_take (j->msg, j->status, j->body);
+    j->body = NULL;
+    s->served++;
+    if (!s->quiet)
+      fprintf (stderr, "psm-run serve: POST /summarize %u in %.3f s (%d queued)\n", j->status,
+               (g_get_monotonic_time () - j->t0) * 1e-6, g_atomic_int_get (&s->queued));
+  }
+  soup_server_message_unpause (j->msg);
   job_free (j);
   return G_SOURCE_REMOVE;
 }
 
-/* Worker: decodes jobs[0..n) (same settings) as one batch. */
+typedef struct {
+  Job **jobs;
+  int n;
+} Batch;
+
+/* Whether every client of a batch has hung up (the decoding then stops). */
+static gboolean
+batch_gone (void *data)
+{
+  const Batch *b = data;
+  for (int i = 0; i < b->n; i++)
+    if (!g_atomic_int_get (&b->jobs[i]->gone))
+      return FALSE;
+  return TRUE;
+}
+
+/* The start of line i of text (n lines, each ending in '\n'), its length in
+ * *len; NULL past the last. */
+static const char *
+nth_line (const char *text, size_t size, int i, size_t *len)
+{
+  const char *p = text, *end = text + size;
+  for (; i > 0 && p < end; i--) {
+    const char *nl = memchr (p, '\n', (size_t) (end - p));
+    p = nl ? nl + 1 : end;
+  }
+  if (p >= end)
+    return NULL;
+  const char *nl = memchr (p, '\n', (size_t) (end - p));
+  *len = (size_t) ((nl ? nl : end) - p);
+  return p;
+}
+
+/* Worker: decodes jobs[0..n) (same settings) as one batch. Each answer is
+ * made once, from the decoding's buffers, and handed to libsoup as it is
+ * (one copy of a reply, not three). */
 static void
 decode_jobs (Server *s, Job **jobs, int n)
 {
@@ -123,7 +178,8 @@ decode_jobs (Server *s, Job **jobs, int n)
   if (!ok)
     g_set_error (&e, G_IO_ERROR, g_io_error_from_errno (errno), "cannot buffer the output: %s", g_strerror (errno));
   ok = ok && psm_model_set_decode (s->model, &jobs[0]->ds, &e);
-  PsmEvalOptions eo = { 0, TRUE, sums, NULL, json, FALSE };
+  Batch batch = { jobs, n };
+  PsmEvalOptions eo = { 0, TRUE, sums, NULL, json, FALSE, batch_gone, &batch };
   gint64 t0 = g_get_monotonic_time ();
   ok = ok && psm_model_decode_texts (s->model, texts, n, &eo, &e);
   double seconds = (g_get_monotonic_time () - t0) * 1e-6;
@@ -131,37 +187,35 @@ decode_jobs (Server *s, Job **jobs, int n)
     fclose (json);
   if (sums)
     fclose (sums);
-  char **lines = ok ? g_strsplit (buf ? buf : "", "\n", -1) : NULL;
-  char **summaries = ok ? g_strsplit (sbuf ? sbuf : "", "\n", -1) : NULL;
-  if (ok && ((int) g_strv_length (lines) < n || (int) g_strv_length (summaries) < n)) {
-    g_set_error (&e, G_IO_ERROR, G_IO_ERROR_FAILED, "decoding gave %u records and %u summaries for %d texts",
-                 g_strv_length (lines), g_strv_length (summaries), n);
-    ok = FALSE;
-  }
+  gboolean cancelled = !ok && g_error_matches (e, PSM_RUN_ERROR, PSM_RUN_ERROR_CANCELLED);
   for (int i = 0; i < n; i++) {
     Job *j = jobs[i];
-    if (!ok) {
-      GString *m = g_string_new ("{\"error\": ");
-      psm_json_string (m, e->message);
-      g_string_append (m, "}\n");
+    size_t rl = 0, sl = 0;
+    const char *rec = ok ? nth_line (buf, len, i, &rl) : NULL, *sum = ok ? nth_line (sbuf, slen, i, &sl) : NULL;
+    const char *close = NULL;   /* the record's closing brace */
+    for (const char *c = rec ? rec + rl : NULL; c && c > rec && !close; c--)
+      if (c[-1] == '}')
+        close = c - 1;
+    if (cancelled) {
+      j->body = NULL;   /* its client is gone: job_done drops it */
+    } else if (!ok || !close || !sum) {
       j->status = SOUP_STATUS_INTERNAL_SERVER_ERROR;
-      j->body = g_string_free (m, FALSE);
+      j->body = psm_json_error (ok ? "decoding gave fewer records than texts" : e->message);
     } else {
       /* the record, with the summary text and the batch's time added */
-      const char *rec = lines[i];
-      GString *out = g_string_new (NULL);
-      g_string_append_len (out, rec, strrchr (rec, '}') - rec);
+      char *summary = g_strndup (sum, sl);
+      GString *out = g_string_sized_new ((size_t) (close - rec) + sl + 160);
+      g_string_append_len (out, rec, close - rec);
       g_string_append (out, ", \"summary\": ");
-      psm_json_string (out, summaries[i]);
+      psm_json_string (out, summary);
       g_string_append_printf (out, ", \"seconds\": %.4f, \"batch\": %d, \"beam\": %d, \"min_len\": %d, "
                               "\"max_len\": %d}\n", seconds, n, j->ds.beam, j->ds.min_len, j->ds.max_len);
+      g_free (summary);
       j->status = SOUP_STATUS_OK;
       j->body = g_string_free (out, FALSE);
     }
     g_idle_add (job_done, j);
   }
-  g_strfreev (lines);
-  g_strfreev (summaries);
   free (buf);
   free (sbuf);
   g_free (texts);
@@ -214,7 +268,15 @@ worker (gpointer data)
       else
         g_queue_push_tail (&later, j);
     }
-    decode_jobs (s, batch, n);
+    /* requests whose clients have hung up while queued are dropped */
+    int kept = 0;
+    for (int i = 0; i < n; i++)
+      if (g_atomic_int_get (&batch[i]->gone))
+        g_idle_add (job_done, batch[i]);   /* no body: dropped */
+      else
+        batch[kept++] = batch[i];
+    if (kept)
+      decode_jobs (s, batch, kept);
     if (stop)
       g_queue_push_tail (&later, &stop_marker);
   }
@@ -223,7 +285,7 @@ worker (gpointer data)
   while ((j = g_queue_pop_head (&later)) || (j = g_async_queue_try_pop (s->queue)))
     if (j != &stop_marker) {
       j->status = SOUP_STATUS_SERVICE_UNAVAILABLE;
-      j->body = g_strdup ("{\"error\": \"the server is stopping\"}\n");
+      j->body = psm_json_error ("the server is stopping");
       g_idle_add (job_done, j);
     }
   g_free (batch);
@@ -280,18 +342,8 @@ handle_summarize (SoupServer *server, SoupServerMessage *msg, const char *path, 
   g_object_set_data (G_OBJECT (msg), "psm-server", s);
   g_atomic_int_inc (&s->queued);
   soup_server_message_pause (msg);
+  psm_serve_conns_watch (s->conns, msg, &j->gone);   /* its client hanging up sets gone */
   g_async_queue_push (s->queue, j);
-}
-
-/* Bodies past --max-body are refused from their headers, before they are read. */
-static void
-early_limit (SoupServer *server, SoupServerMessage *msg, const char *path, GHashTable *query, gpointer data)
-{
-  Server *s = data;
-  goffset n = soup_message_headers_get_content_length (soup_server_message_get_request_headers (msg));
-  if (n > (goffset) s->max_body)
-    respond_error (msg, SOUP_STATUS_REQUEST_ENTITY_TOO_LARGE, "the body is %ld bytes; at most %zu are accepted",
-                   (long) n, s->max_body);
 }
 
 static void
@@ -309,9 +361,16 @@ handle_other (SoupServer *server, SoupServerMessage *msg, const char *path, GHas
     soup_server_message_set_response (msg, "text/html; charset=utf-8", SOUP_MEMORY_STATIC, s->page, strlen (s->page));
   } else if (strcmp (path, "/health") == 0 && get) {
     GString *h = g_string_new ("{\"status\": \"ok\", \"checkpoint\": ");
-    psm_json_string (h, s->checkpoint);
-    g_string_append_printf (h, ", \"step\": %ld, \"queued\": %d, \"served\": %ld}\n", s->step,
-                            g_atomic_int_get (&s->queued), s->served);
+    char *base = g_path_get_basename (s->checkpoint);   /* not the folders of the machine */
+    psm_json_string (h, base);
+    g_free (base);
+    int open;
+    long refused, timed_out, fd_drops;
+    psm_serve_conns_stats (s->conns, &open, &refused, &timed_out, &fd_drops);
+    g_string_append_printf (h, ", \"step\": %ld, \"queued\": %d, \"served\": %ld, \"dropped_hung_up\": %ld, "
+                            "\"connections\": %d, \"refused_connections\": %ld, \"timed_out\": %ld, "
+                            "\"fd_drops\": %ld}\n", s->step, g_atomic_int_get (&s->queued), s->served, s->dropped,
+                            open, refused, timed_out, fd_drops);
     respond (msg, SOUP_STATUS_OK, h->str);
     g_string_free (h, TRUE);
   } else {
@@ -328,7 +387,8 @@ on_signal (gpointer data)
   return G_SOURCE_CONTINUE;   /* removed by psm_serve_main */
 }
 
-static gint opt_port = 8080, opt_queue = 64, opt_max_body = 1 << 20, opt_batch_wait = 2;
+static gint opt_port = 8080, opt_queue = 64, opt_max_body = 1 << 20, opt_batch_wait = 2, opt_max_conns = 256,
+            opt_header_timeout = 10;
 static gchar *opt_host;
 static gboolean opt_quiet;
 static gchar **opt_set;
@@ -339,6 +399,11 @@ static GOptionEntry serve_entries[] = {
   { "queue", 0, 0, G_OPTION_ARG_INT, &opt_queue, "Requests that may wait; more get 503 (default 64)", "N" },
   { "max-body", 0, 0, G_OPTION_ARG_INT, &opt_max_body, "Largest request body in bytes; larger get 413 (default 1 MiB)",
     "BYTES" },
+  { "max-connections", 0, 0, G_OPTION_ARG_INT, &opt_max_conns,
+    "Connections open at once; more get 503 and are closed (default 256; never more than ulimit -n leaves room for)",
+    "N" },
+  { "header-timeout", 0, 0, G_OPTION_ARG_INT, &opt_header_timeout,
+    "Seconds a connection has to send its whole request; then it is closed (default 10)", "S" },
   { "batch-wait", 0, 0, G_OPTION_ARG_INT, &opt_batch_wait,
     "Milliseconds the decoder waits for more requests to batch with the first (default 2)", "MS" },
   { "set", 's', 0, G_OPTION_ARG_STRING_ARRAY, &opt_set, "Override a setting of the run's pipeline (repeatable)",
@@ -406,11 +471,14 @@ psm_serve_main (int argc, char **argv)
     "with per-token copy and attention data; GET /health. Listens on 127.0.0.1 unless --host says otherwise.\n"
     "Stop it with Ctrl-C (SIGINT) or SIGTERM.\n", serve_entries, &argc, &argv))
     return 2;
-  if (argc != 2 || opt_port < 0 || opt_port > 65535 || opt_queue < 1 || opt_max_body < 64) {
+  if (argc != 2 || opt_port < 0 || opt_port > 65535 || opt_queue < 1 || opt_max_body < 64 || opt_max_conns < 1 ||
+      opt_header_timeout < 1) {
     fprintf (stderr, "psm-run serve: %s (try psm-run serve --help)\n",
              argc != 2 ? "expected one run folder or pipeline file"
              : opt_port < 0 || opt_port > 65535 ? "--port: expected 0 to 65535"
-             : opt_queue < 1 ? "--queue: expected 1 or more" : "--max-body: expected 64 bytes or more");
+             : opt_queue < 1 ? "--queue: expected 1 or more"
+             : opt_max_body < 64 ? "--max-body: expected 64 bytes or more"
+             : opt_max_conns < 1 ? "--max-connections: expected 1 or more" : "--header-timeout: expected 1 s or more");
     return 2;
   }
   Server s = { 0 };
@@ -426,11 +494,15 @@ psm_serve_main (int argc, char **argv)
     return usage ? 2 : 1;
   }
   GString *data = g_string_new ("{\"mode\": \"serve\", \"title\": ");
-  char *title = g_strdup_printf ("psm serve — %s", argv[1]);
+  char *run_name = g_path_get_basename (argv[1]);
+  char *title = g_strdup_printf ("psm serve — %s", run_name);
+  g_free (run_name);
   psm_json_string (data, title);
   g_free (title);
   g_string_append (data, ", \"summary\": ");
-  char *summary = g_strdup_printf ("checkpoint %s (update %ld)", s.checkpoint, s.step);
+  char *ck_name = g_path_get_basename (s.checkpoint);   /* the page shows no folders of this machine */
+  char *summary = g_strdup_printf ("checkpoint %s (update %ld)", ck_name, s.step);
+  g_free (ck_name);
   psm_json_string (data, summary);
   g_free (summary);
   g_string_append_printf (data, ", \"defaults\": {\"beam\": %d, \"min_len\": %d, \"max_len\": %d}, \"examples\": []}",
@@ -439,7 +511,6 @@ psm_serve_main (int argc, char **argv)
   g_string_free (data, TRUE);
   int rc = 0;
   s.server = soup_server_new ("server-header", "psm-run-serve ", NULL);
-  soup_server_add_early_handler (s.server, "/summarize", early_limit, &s, NULL);
   soup_server_add_handler (s.server, "/summarize", handle_summarize, &s, NULL);
   soup_server_add_handler (s.server, NULL, handle_other, &s, NULL);
   const char *host = opt_host ? opt_host : "127.0.0.1";
@@ -450,15 +521,14 @@ psm_serve_main (int argc, char **argv)
   } else if (!addr) {
     fprintf (stderr, "psm-run serve: --host %s: not an IP address (e.g. 127.0.0.1, ::1, 0.0.0.0)\n", host);
     rc = 2;
-  } else if (!soup_server_listen (s.server, addr, 0, &e)) {
+  } else if (!(s.conns = psm_serve_conns_new (s.server, addr, opt_max_conns, opt_header_timeout, s.max_body, opt_quiet,
+                                               &e))) {
     fprintf (stderr, "psm-run serve: cannot listen on %s port %d: %s\n", host, opt_port, e->message);
     rc = 1;
   }
   g_clear_error (&e);
   if (rc == 0) {
-    GSList *uris = soup_server_get_uris (s.server);
-    char *uri = uris ? g_uri_to_string (uris->data) : g_strdup ("?");
-    g_slist_free_full (uris, (GDestroyNotify) g_uri_unref);
+    char *uri = psm_serve_conns_uri (s.conns);
     printf ("psm-run serve: %s (checkpoint %s, update %ld); POST %ssummarize; Ctrl-C stops\n", uri, s.checkpoint,
             s.step, uri);
     fflush (stdout);
@@ -475,6 +545,7 @@ psm_serve_main (int argc, char **argv)
     /* answer what the worker finished or refused */
     while (g_main_context_iteration (NULL, FALSE))
       ;
+    psm_serve_conns_free (s.conns);
     soup_server_disconnect (s.server);
     g_main_loop_unref (s.loop);
     g_async_queue_unref (s.queue);

@@ -21,6 +21,8 @@ gboolean psm_tool_options (const char *name, const char *params, const char *des
                            int *argc, char ***argv);
 /* A JSON string literal of s (quotes included) appended to out. */
 void psm_json_string (GString *out, const char *s);
+/* {"error": MESSAGE} and a newline: the body of psm-run serve's error answers. */
+char *psm_json_error (const char *message);
 /* Per-example ROUGE-1/2/L F1 (%) of a decoded record, with the rouge metric
  * plugin; NULL if the plugin is not found (with a warning once). The
  * returned object text is appended to out as ", \"rouge\": {...}". */
@@ -49,15 +51,21 @@ const char *psm_json_first_value_end (const char *text, gsize len);
  * PSM_JSON_TRAILING_TEXT when anything but blanks follows its first value,
  * PSM_JSON_BAD_ESCAPE when a string has an escape JSON does not have
  * (json-glib reads some of those differently, so where the value ends
- * would not be known); PSM_JSON_ONE_VALUE otherwise (also when the text
- * ends inside the value: json-glib then says what is wrong).
- * psm_json_shape_message says what is wrong in words. */
+ * would not be known), PSM_JSON_TOO_DEEP when arrays and objects nest
+ * more than max_depth levels (> 0; json-glib's parser recurses once a
+ * level, so a deep enough text overflows the stack: issue 58);
+ * PSM_JSON_ONE_VALUE otherwise (also when the text ends inside the value:
+ * json-glib then says what is wrong). psm_json_shape_message says what is
+ * wrong in words. The readers' bounds: */
+#define PSM_JSON_MAX_DEPTH 64     /* records psm writes (view, plot): 3 levels */
+#define PSM_REQUEST_MAX_DEPTH 2   /* POST /summarize: an object of strings and numbers */
 typedef enum {
   PSM_JSON_ONE_VALUE,
   PSM_JSON_TRAILING_TEXT,
-  PSM_JSON_BAD_ESCAPE
+  PSM_JSON_BAD_ESCAPE,
+  PSM_JSON_TOO_DEEP
 } PsmJsonShape;
-PsmJsonShape psm_json_shape (const char *text, gsize len);
+PsmJsonShape psm_json_shape (const char *text, gsize len, int max_depth);
 const char *psm_json_shape_message (PsmJsonShape shape);
 /* The body of POST /summarize: text (blank-free, one line) and the decode
  * settings (defaults where absent; beam <= max_beam, lengths <= max_len,

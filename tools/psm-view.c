@@ -40,6 +40,15 @@ psm_json_string (GString *out, const char *s)
   g_string_append_c (out, '"');
 }
 
+char *
+psm_json_error (const char *message)
+{
+  GString *s = g_string_new ("{\"error\": ");
+  psm_json_string (s, message);
+  g_string_append (s, "}\n");
+  return g_string_free (s, FALSE);
+}
+
 gboolean
 psm_tool_options (const char *name, const char *params, const char *description, GOptionEntry *entries, int *argc,
                   char ***argv)
@@ -185,7 +194,7 @@ parse_record (JsonParser *p, const char *line, char **why)
     *why = g_strdup ("not a JSON object");
     return NULL;
   }
-  PsmJsonShape shape = psm_json_shape (line, strlen (line));
+  PsmJsonShape shape = psm_json_shape (line, strlen (line), PSM_JSON_MAX_DEPTH);
   if (shape != PSM_JSON_ONE_VALUE) {
     *why = g_strdup (shape == PSM_JSON_TRAILING_TEXT ? "text after the record's closing brace"
                                                      : psm_json_shape_message (shape));

@@ -99,6 +99,11 @@ typedef struct {
   FILE *json;              /* decoder pipelines: one JSON line per output
                               (tokens, p_gen, top attention positions) */
   gboolean progress;       /* articles/s on stderr while decoding */
+  /* Decoding: asked before every step of the beam search; TRUE stops the
+   * decoding with G_IO_ERROR_CANCELLED (psm-run serve: every client of
+   * the batch has hung up). NULL: never. */
+  gboolean (*cancelled) (void *data);
+  void *cancel_data;
 } PsmEvalOptions;
 
 /* Evaluates a split as opt says (NULL: everything scored, nothing written). */
@@ -150,7 +155,8 @@ GQuark psm_run_error_quark (void);
 #define PSM_RUN_ERROR psm_run_error_quark ()
 typedef enum {
   PSM_RUN_ERROR_USAGE,     /* exit 2: e.g. run folder already holds a run */
-  PSM_RUN_ERROR_FAILED     /* exit 1: NaN loss, I/O, data */
+  PSM_RUN_ERROR_FAILED,    /* exit 1: NaN loss, I/O, data */
+  PSM_RUN_ERROR_CANCELLED  /* PsmEvalOptions.cancelled said so */
 } PsmRunError;
 
 /* Trains as train.* says, validating every train.eval_every steps and keeping

@@ -60,9 +60,12 @@ G_BEGIN_DECLS
  * gradients in one pass). 1.16: PsmEncoding.want_importance (an encoder
  * skips inspection-only importance weights nothing will read). 1.17:
  * psm_linear_pick_log_softmax (a head's vocabulary loss as one op, so that
- * bf16 training need not keep the scores' gradient). */
+ * bf16 training need not keep the scores' gradient). 1.18:
+ * psm_vocab_truncate and PSM_MAX_WORD_BYTES (raw text decoded by serve or
+ * --input leaves a task's word table as it was, and a word longer than the
+ * bound reads as <unk>: issue 58). */
 #define PSM_ABI_MAJOR 1
-#define PSM_ABI_MINOR 17
+#define PSM_ABI_MINOR 18
 #define PSM_PLUGIN_ENTRY_SYMBOL "psm_plugin_entry"
 
 typedef enum {

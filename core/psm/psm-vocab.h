@@ -20,6 +20,14 @@ int32_t psm_vocab_id (const PsmVocab *v, const char *w);
 /* The word of id, NULL outside [0, size). */
 const char *psm_vocab_word (const PsmVocab *v, int32_t id);
 gint64 psm_vocab_count (const PsmVocab *v, int32_t id);
+/* Forgets the words of id n and up (ABI 1.18): a task that adds the words
+ * of a raw text to its table for one batch (whose out-of-vocabulary words
+ * the batch keeps as strings) takes them out again, so that a server's
+ * memory does not grow with every new word a client sends. */
+void psm_vocab_truncate (PsmVocab *v, int n);
+/* The longest word a task reads from raw text, in bytes; a longer one is
+ * read as the unknown word (ABI 1.18). Training data keep theirs. */
+#define PSM_MAX_WORD_BYTES 256
 
 /* Word counts over a corpus. */
 typedef struct PsmWordCounts PsmWordCounts;

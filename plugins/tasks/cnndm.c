@@ -121,14 +121,16 @@ load_vocab (Cnndm *t, const char *path, GError **error)
   return TRUE;
 }
 
+/* The ids of text's first max words, added to the word table; raw (a
+ * client's text): a word longer than PSM_MAX_WORD_BYTES is <unk>. */
 static void
-tokens_to_ids (Cnndm *t, const char *text, int max, GArray *ids)
+tokens_to_ids (Cnndm *t, const char *text, int max, gboolean raw, GArray *ids)
 {
   char **tok = g_strsplit_set (text, " \t\n\r", -1);
   int n = 0;
   for (char **w = tok; *w && n < max; w++)
     if (**w) {
-      int32_t id = psm_vocab_add (t->words, *w);
+      int32_t id = raw && strlen (*w) > PSM_MAX_WORD_BYTES ? UNK : psm_vocab_add (t->words, *w);
       g_array_append_val (ids, id);
       n++;
     }
@@ -144,9 +146,9 @@ fill_split (Cnndm *t, Split *s, const Texts *x)
   s->ids = g_array_new (FALSE, FALSE, sizeof (int32_t));
   for (int i = 0; i < s->n; i++) {
     s->src_off[i] = (int32_t) s->ids->len;
-    tokens_to_ids (t, x->article->pdata[i], t->max_src, s->ids);
+    tokens_to_ids (t, x->article->pdata[i], t->max_src, FALSE, s->ids);
     s->tgt_off[i] = (int32_t) s->ids->len;
-    tokens_to_ids (t, x->summary->pdata[i], t->max_tgt, s->ids);
+    tokens_to_ids (t, x->summary->pdata[i], t->max_tgt, FALSE, s->ids);
   }
   s->src_off[s->n] = s->tgt_off[s->n] = (int32_t) s->ids->len;
 }
@@ -373,6 +375,7 @@ static gboolean
 cn_text_batch (void *self, const char *const *texts, int n, PsmBatch *out, GError **error)
 {
   Cnndm *t = self;
+  int known = psm_vocab_size (t->words);   /* the words the text adds are taken out below */
   Split s = { 0 };
   s.n = n;
   s.src_off = g_new (int32_t, n + 1);
@@ -383,7 +386,7 @@ cn_text_batch (void *self, const char *const *texts, int n, PsmBatch *out, GErro
     idx[i] = i;
     char *tok = psm_tokenize_ptb (texts[i]);
     s.src_off[i] = (int32_t) s.ids->len;
-    tokens_to_ids (t, tok, t->max_src, s.ids);
+    tokens_to_ids (t, tok, t->max_src, TRUE, s.ids);
     g_free (tok);
     if ((int32_t) s.ids->len == s.src_off[i]) {
       int32_t pad = UNK;   /* an empty line decodes from a single <unk> */
@@ -392,7 +395,8 @@ cn_text_batch (void *self, const char *const *texts, int n, PsmBatch *out, GErro
     s.tgt_off[i] = (int32_t) s.ids->len;
   }
   s.src_off[n] = s.tgt_off[n] = (int32_t) s.ids->len;
-  fill_batch (t, &s, idx, n, out);
+  fill_batch (t, &s, idx, n, out);   /* the batch keeps its out-of-vocabulary words as strings */
+  psm_vocab_truncate (t->words, known);
   g_free (idx);
   g_free (s.src_off);
   g_free (s.tgt_off);

@@ -649,6 +649,7 @@ static gboolean
 hl_text_batch (void *self, const char *const *texts, int n, PsmBatch *out, GError **error)
 {
   Headline *t = self;
+  int known_s = psm_vocab_size (t->sv), known_t = psm_vocab_size (t->tv);   /* the text's new words: out below */
   Pairs p = { g_ptr_array_new_with_free_func ((GDestroyNotify) g_ptr_array_unref),
               g_ptr_array_new_with_free_func ((GDestroyNotify) g_ptr_array_unref) };
   int mode = t->mode;
@@ -656,6 +657,11 @@ hl_text_batch (void *self, const char *const *texts, int n, PsmBatch *out, GErro
   for (int i = 0; i < n; i++) {
     char *tok = psm_tokenize_ptb (texts[i]);
     GPtrArray *ws = tokens (t, tok, FALSE);
+    for (guint k = 0; k < ws->len; k++)
+      if (strlen (ws->pdata[k]) > PSM_MAX_WORD_BYTES) {
+        g_free (ws->pdata[k]);
+        ws->pdata[k] = g_strdup (special[UNK]);
+      }
     if (ws->len == 0)
       g_ptr_array_add (ws, g_strdup (special[UNK]));   /* an empty line decodes from one <unk> */
     g_ptr_array_add (p.src, ws);
@@ -670,6 +676,8 @@ hl_text_batch (void *self, const char *const *texts, int n, PsmBatch *out, GErro
     idx[i] = i;
   fill_batch (t, &s, idx, n, out);
   candidates (t, out, FALSE);
+  psm_vocab_truncate (t->sv, known_s);   /* the batch keeps its out-of-vocabulary words as strings */
+  psm_vocab_truncate (t->tv, known_t);
   g_free (idx);
   split_free (&s);
   pairs_free (&p);

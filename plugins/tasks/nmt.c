@@ -631,12 +631,18 @@ static gboolean
 nmt_text_batch (void *self, const char *const *texts, int n, PsmBatch *out, GError **error)
 {
   Nmt *t = self;
+  int known_s = psm_vocab_size (t->sv), known_t = psm_vocab_size (t->tv);   /* the text's new words: out below */
   Pairs p = { g_ptr_array_new_with_free_func ((GDestroyNotify) g_strfreev),
               g_ptr_array_new_with_free_func ((GDestroyNotify) g_strfreev) };
   gboolean simple = t->simple;
   t->simple = TRUE;
   for (int i = 0; i < n; i++) {
     char **tok = tokenize (t, texts[i]), **w = tok;
+    for (char **x = tok; *x; x++)
+      if (strlen (*x) > PSM_MAX_WORD_BYTES) {   /* a client's overlong word reads as <unk> */
+        g_free (*x);
+        *x = g_strdup (special[UNK]);
+      }
     while (*w && !**w)
       w++;
     if (!*w) {   /* an empty line translates from one <unk> */
@@ -653,6 +659,8 @@ nmt_text_batch (void *self, const char *const *texts, int n, PsmBatch *out, GErr
   for (int i = 0; i < n; i++)
     idx[i] = i;
   fill_batch (t, &s, idx, n, out);
+  psm_vocab_truncate (t->sv, known_s);   /* the batch keeps its out-of-vocabulary words as strings */
+  psm_vocab_truncate (t->tv, known_t);
   g_free (idx);
   split_free (&s);
   pairs_free (&p);
