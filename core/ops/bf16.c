@@ -495,23 +495,31 @@ psm_gemm_bf16_op (gboolean ta, gboolean tb, int M, int N, int K, const float *A,
  * tiles (bf16_tiles_op, Nb tiles of 32 columns a block of 16 rows, the
  * blocks to a whole number of pairs of them): a W tile's row r is rows 2r
  * and 2r + 1 of one tile of dy, 16 of its columns, interleaved. */
+/* one pair of tiles u (the loop below; a function of its own with the
+ * target's instructions: clang's outlined OpenMP body does not inherit the
+ * enclosing function's target, and refused the vectors there) */
 AMX_TARGET static void
+amx_pair_from_tiles (const uint16_t *dyt, int Rb2, int Nb, uint16_t *o, long u)
+{
+  int p = (int) (u / Rb2), kb = (int) (u % Rb2);
+  for (int h = 0; h < 2; h++) {
+    uint16_t *t = o + ((size_t) u * 2 + h) * TILE;
+    for (int r = 0; r < TK / 2; r++) {
+      int row = 2 * r;   /* of the 32 rows kb covers: tile 2 kb + row / 16 */
+      const uint16_t *s = dyt + ((size_t) (2 * kb + row / 16) * Nb + p) * TILE + (row % 16) * TK + h * TN;
+      __m512i v = _mm512_inserti64x4 (_mm512_castsi256_si512 (_mm256_loadu_si256 ((const __m256i *) s)),
+                                      _mm256_loadu_si256 ((const __m256i *) (s + TK)), 1);
+      _mm512_storeu_si512 (t + r * 2 * TN, interleave_rows (v));
+    }
+  }
+}
+
+static void
 amx_pairs_from_tiles (const uint16_t *dyt, int Rb2, int Nb, uint16_t *o)
 {
 #pragma omp parallel for if ((long) Rb2 * Nb >= 64 && !omp_in_parallel ()) schedule (static)
-  for (long u = 0; u < (long) Nb * Rb2; u++) {
-    int p = (int) (u / Rb2), kb = (int) (u % Rb2);
-    for (int h = 0; h < 2; h++) {
-      uint16_t *t = o + ((size_t) u * 2 + h) * TILE;
-      for (int r = 0; r < TK / 2; r++) {
-        int row = 2 * r;   /* of the 32 rows kb covers: tile 2 kb + row / 16 */
-        const uint16_t *s = dyt + ((size_t) (2 * kb + row / 16) * Nb + p) * TILE + (row % 16) * TK + h * TN;
-        __m512i v = _mm512_inserti64x4 (_mm512_castsi256_si512 (_mm256_loadu_si256 ((const __m256i *) s)),
-                                        _mm256_loadu_si256 ((const __m256i *) (s + TK)), 1);
-        _mm512_storeu_si512 (t + r * 2 * TN, interleave_rows (v));
-      }
-    }
-  }
+  for (long u = 0; u < (long) Nb * Rb2; u++)
+    amx_pair_from_tiles (dyt, Rb2, Nb, o, u);
 }
 #endif
 
