@@ -31,13 +31,8 @@ with open(sys.argv[3] + "/articles.txt", "w") as raw:
 PY
 "$top/psm" serve "$runDir" --port 0 --quiet > "$tmp/serve.out" 2> "$tmp/serve.err" &
 pid=$!
-url=""
-for _ in $(seq 1 300); do
-  url=$(sed -n 's|^psm-run serve: \(http://[^ ]*/\) .*|\1|p' "$tmp/serve.out")
-  [ -n "$url" ] && break
-  sleep 0.1
-done
-[ -n "$url" ] || { cat "$tmp/serve.err"; exit 1; }
+. "$top/tests/serve-url.sh"
+serve_url "$tmp/serve.out" $pid 300 || { cat "$tmp/serve.err"; exit 1; }
 echo "# run: $runDir ($(sed -n 's/.*(checkpoint \([^,]*\), update \([0-9]*\)).*/\1, update \2/p' "$tmp/serve.out")); $N articles"
 curl -s "$url" > /dev/null   # warm up: the first request pays for nothing but itself
 curl -s -X POST -H "Content-Type: application/json" --data-binary @"$tmp/body1.json" "${url}summarize" > /dev/null

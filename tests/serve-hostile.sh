@@ -17,18 +17,13 @@ pid=""
 trap '[ -n "$pid" ] && kill $pid 2> /dev/null; rm -rf "$tmp"' EXIT
 . "$top_srcdir/tests/tap.sh"
 . "$top_srcdir/tests/tiny-summariser.sh"
+. "$top_srcdir/tests/serve-url.sh"
 [ "$tiny_rc" -eq 0 ] && ok "a tiny summariser to serve" || { cat "$tmp/train.out" > "$tmp/out"; bad "tiny summariser"; }
 
 (ulimit -n 256 && exec "$run" serve "$tmp/run" --port 0 --header-timeout 2 --queue 64 > "$tmp/serve.out" \
    2> "$tmp/serve.err") &
 pid=$!
-url=""
-for _ in $(seq 1 100); do
-  url=$(sed -n 's|^psm-run serve: \(http://[^ ]*/\) .*|\1|p' "$tmp/serve.out")
-  [ -n "$url" ] && break
-  sleep 0.1
-done
-[ -n "$url" ] && ok "serve listens under ulimit -n 256 ($url)" || { cat "$tmp/serve.err" > "$tmp/out"; bad "serve starts"; }
+serve_url "$tmp/serve.out" $pid 100 && ok "serve listens under ulimit -n 256 ($url)" || { cat "$tmp/serve.err" > "$tmp/out"; bad "serve starts"; }
 port=${url##*:}
 port=${port%/}
 

@@ -14,6 +14,7 @@ pid=""
 trap '[ -n "$pid" ] && kill $pid 2> /dev/null; rm -rf "$tmp"' EXIT
 . "$top_srcdir/tests/tap.sh"
 . "$top_srcdir/tests/tiny-summariser.sh"
+. "$top_srcdir/tests/serve-url.sh"
 [ "$tiny_rc" -eq 0 ] && ok "a tiny summariser to serve" || { cat "$tmp/train.out" > "$tmp/out"; bad "tiny summariser"; }
 
 # start: port 0 = any free port, printed
@@ -21,12 +22,7 @@ start () {
   : > "$tmp/serve.out"
   "$run" serve "$tmp/run" --port 0 "$@" > "$tmp/serve.out" 2> "$tmp/serve.err" &
   pid=$!
-  for _ in $(seq 1 100); do
-    url=$(sed -n 's|^psm-run serve: \(http://[^ ]*/\) .*|\1|p' "$tmp/serve.out")
-    [ -n "$url" ] && return 0
-    kill -0 $pid 2> /dev/null || break
-    sleep 0.1
-  done
+  serve_url "$tmp/serve.out" $pid 100 && return 0
   cat "$tmp/serve.err" > "$tmp/out"
   return 1
 }

@@ -104,6 +104,24 @@ note (PsmServeConns *c, const char *fmt, ...)
 }
 
 static gboolean
+closed (const Conn *cn)
+{
+  return g_socket_is_closed (cn->sock) || g_io_stream_is_closed (G_IO_STREAM (cn->conn));
+}
+
+/* Forgets the connections that are closed. */
+static void
+prune (PsmServeConns *c)
+{
+  GHashTableIter it;
+  gpointer k, v;
+  g_hash_table_iter_init (&it, c->conns);
+  while (g_hash_table_iter_next (&it, &k, &v))
+    if (closed (v))
+      g_hash_table_iter_remove (&it);
+}
+
+static gboolean
 on_accept (GSocket *ls, GIOCondition cond, gpointer data)
 {
   PsmServeConns *c = data;
@@ -128,6 +146,8 @@ on_accept (GSocket *ls, GIOCondition cond, gpointer data)
       }
       break;   /* would block, or an error to retry at the next wake-up */
     }
+    if ((int) g_hash_table_size (c->conns) >= c->max_conns)
+      prune (c);   /* connections libsoup closed since the last sweep do not count */
     if ((int) g_hash_table_size (c->conns) >= c->max_conns) {
       answer_and_close (s, 503, "Service Unavailable", "too many connections; retry later");
       g_object_unref (s);
@@ -181,7 +201,7 @@ sweep (gpointer data)
   g_hash_table_iter_init (&it, c->conns);
   while (g_hash_table_iter_next (&it, &k, &v)) {
     Conn *cn = v;
-    if (g_socket_is_closed (cn->sock) || g_io_stream_is_closed (G_IO_STREAM (cn->conn))) {
+    if (closed (cn)) {
       g_hash_table_iter_remove (&it);
     } else if (cn->gone) {
       if (!g_atomic_int_get (cn->gone) && hung_up (cn->sock))
