@@ -17,7 +17,8 @@
  *     request is being decoded is exempt, and is watched instead for its
  *     client hanging up (the job's gone flag is then set); once answered
  *     it has header_timeout seconds again to take the answer;
- *   - every drop is logged on stderr (unless quiet).
+ *   - drops are logged on stderr (unless quiet; refusals at the cap once
+ *     a hundred, so that a flood does not flood the log) and counted.
  * Each accepted connection is handed to libsoup (soup_server_accept_
  * iostream); with no libsoup listener it answers one request a connection
  * and closes it. Before libsoup reads a request's body, early_checks
