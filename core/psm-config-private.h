@@ -24,11 +24,6 @@ void psm_validate_group (const char *file, config_setting_t *group, const char *
                          const PsmParamSpec *spec, const char *const *extra, GPtrArray *errors);
 /* Applies "a.b.c=value" to cfg; FALSE with error on a malformed override. */
 gboolean psm_config_apply_set (config_t *cfg, const char *assignment, GError **error);
-/* Appends "FILE:LINE: key.path: ..." for every integer literal of file (and
- * of the files it @includes, each relative to the file that includes it;
- * include_dir: file's folder) that libconfig would wrap to 32 bits
- * (core/psm-intscan.c). */
-void psm_config_scan_integers (const char *file, const char *include_dir, GPtrArray *errors);
 /* A pipeline's text with its @include directives expanded, each path
  * relative to the file that holds it (core/psm-include.c), and the map from
  * the text's lines back to files and lines; NULL with error. The map is
@@ -39,4 +34,8 @@ char *psm_config_expand (const char *file, PsmLineMap **map, GError **error);
 /* The file and line of the expanded text's line (1-based); FALSE outside. */
 gboolean psm_line_map_where (const PsmLineMap *m, int line, const char **file, int *at);
 void psm_line_map_free (PsmLineMap *m);
+/* Appends "FILE:LINE: key.path: ..." for every integer literal of a
+ * pipeline's expanded text (file: the pipeline, for lines outside lines'
+ * map) that libconfig would wrap to 32 bits (core/psm-intscan.c). */
+void psm_config_scan_integers (const char *file, const char *text, const PsmLineMap *lines, GPtrArray *errors);
 #endif

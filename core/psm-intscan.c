@@ -3,10 +3,12 @@
  * libconfig 1.5 (Debian 12's) converts an integer literal without the L
  * suffix to a 32-bit int by truncation: `steps = 4294968296;` reads as 1000
  * and nothing says so. Its API keeps no literal text, so psm scans the
- * pipeline file (and the files it @includes) with a small lexer of
- * libconfig's grammar — comments, strings, names, numbers, brackets — and
- * reports every plain integer outside [-2^31, 2^31) with its file, line and
- * key path. A literal with the L suffix is 64-bit and range-checked as usual. */
+ * pipeline's text, its @include files already expanded in it
+ * (psm-include.c), with a small lexer of libconfig's grammar — comments,
+ * strings, names, numbers, brackets — and reports every plain integer
+ * outside [-2^31, 2^31) with its file, line (through the expansion's line
+ * map) and key path. A literal with the L suffix is 64-bit and
+ * range-checked as usual. */
 #include "config.h"
 #include <errno.h>
 #include <stdlib.h>
@@ -14,10 +16,10 @@
 #include "psm-config-private.h"
 
 #define MAX_DEPTH 64
-#define MAX_INCLUDE_DEPTH 10
 
 typedef struct {
   const char *file;
+  const PsmLineMap *lines;
   const char *p;
   int line;
   char *frame[MAX_DEPTH];   /* path components of the enclosing groups/lists */
@@ -25,8 +27,6 @@ typedef struct {
   int depth;
   char *pending;            /* name of the setting whose value comes next */
 } Lexer;
-
-static void scan_file (const char *file, const char *dir, int level, GPtrArray *errors);
 
 static char *
 path_of (Lexer *lx)
@@ -135,9 +135,12 @@ take_number (Lexer *lx, GPtrArray *errors)
   }
   if (!fits) {
     char *path = path_of (lx);
+    const char *file = lx->file;
+    int line = lx->line;
+    psm_line_map_where (lx->lines, line, &file, &line);
     g_ptr_array_add (errors, g_strdup_printf (
         "%s:%d: %s: integer %s does not fit in 32 bits, and libconfig would silently wrap it "
-        "(write %sL for a 64-bit integer)", lx->file, lx->line, *path ? path : "(top level)", text, text));
+        "(write %sL for a 64-bit integer)", file, line, *path ? path : "(top level)", text, text));
     g_free (path);
   }
   g_free (text);
@@ -166,29 +169,16 @@ pop (Lexer *lx)
   }
 }
 
-static void
-scan_text (const char *file, const char *text, const char *dir, int level, GPtrArray *errors)
+void
+psm_config_scan_integers (const char *file, const char *text, const PsmLineMap *lines, GPtrArray *errors)
 {
-  Lexer lx = { .file = file, .p = text, .line = 1 };
+  Lexer lx = { .file = file, .lines = lines, .p = text, .line = 1 };
   for (;;) {
     skip_space_and_comments (&lx);
     char c = *lx.p;
     if (!c)
       break;
-    if (c == '@' && g_str_has_prefix (lx.p, "@include")) {
-      lx.p += 8;
-      skip_space_and_comments (&lx);
-      if (*lx.p == '"') {
-        char *inc = take_string (&lx);
-        char *full = g_path_is_absolute (inc) ? g_strdup (inc) : g_build_filename (dir, inc, NULL);
-        char *fdir = g_path_get_dirname (full);   /* its own includes are relative to it */
-        if (level < MAX_INCLUDE_DEPTH)
-          scan_file (full, fdir, level + 1, errors);
-        g_free (fdir);
-        g_free (full);
-        g_free (inc);
-      }
-    } else if (c == '"') {
+    if (c == '"') {
       g_free (take_string (&lx));
     } else if (g_ascii_isalpha (c) || c == '*') {
       const char *s = lx.p;
@@ -226,20 +216,4 @@ scan_text (const char *file, const char *text, const char *dir, int level, GPtrA
   while (lx.depth > 0)
     pop (&lx);
   g_free (lx.pending);
-}
-
-static void
-scan_file (const char *file, const char *dir, int level, GPtrArray *errors)
-{
-  char *text = NULL;
-  if (!g_file_get_contents (file, &text, NULL, NULL))
-    return;   /* libconfig has read it already, or reports it */
-  scan_text (file, text, dir, level, errors);
-  g_free (text);
-}
-
-void
-psm_config_scan_integers (const char *file, const char *include_dir, GPtrArray *errors)
-{
-  scan_file (file, include_dir, 0, errors);
 }

@@ -313,21 +313,18 @@ psm_pipeline_load (const char *file, const char *const *sets, GError **error)
   pl->notes = g_ptr_array_new_with_free_func (g_free);
   pl->sets = g_strdupv ((char **) sets);
   config_init (&pl->cfg);
-  char *dir = g_path_get_dirname (file);
 
   if (!g_file_test (file, G_FILE_TEST_IS_REGULAR)) {
     g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID, "%s: cannot read pipeline: %s", file,
                  g_file_test (file, G_FILE_TEST_IS_DIR) ? "is a directory, not a pipeline file"
                  : g_file_test (file, G_FILE_TEST_EXISTS) ? "not a regular file"
                                                           : "no such file");
-    g_free (dir);
     psm_pipeline_free (pl);
     return NULL;
   }
   /* @include paths are relative to the including file: psm expands them */
   char *text = psm_config_expand (file, &pl->lines, error);
   if (!text) {
-    g_free (dir);
     psm_pipeline_free (pl);
     return NULL;
   }
@@ -338,17 +335,15 @@ psm_pipeline_load (const char *file, const char *const *sets, GError **error)
     g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID, "%s:%d: parse error: %s", ef, el,
                  config_error_text (&pl->cfg));
     g_free (text);
-    g_free (dir);
     psm_pipeline_free (pl);
     return NULL;
   }
-  g_free (text);
   config_setting_set_hook (config_root_setting (&pl->cfg), pl->lines);   /* psm_setting_where reads it */
   /* Integer literals libconfig wrapped to 32 bits: the values it holds are
-   * wrong, so stop before validating them. */
+   * wrong, so stop before validating them (the same expanded text). */
   GPtrArray *wrapped = g_ptr_array_new_with_free_func (g_free);
-  psm_config_scan_integers (file, dir, wrapped);
-  g_free (dir);
+  psm_config_scan_integers (file, text, pl->lines, wrapped);
+  g_free (text);
   if (wrapped->len) {
     g_ptr_array_add (wrapped, NULL);
     char *msg = g_strjoinv ("\n", (char **) wrapped->pdata);
