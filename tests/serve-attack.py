@@ -22,10 +22,11 @@ HOST = "127.0.0.1"
 NORMAL = b'{"text": "the cat sat on the mat . the dog ran in the park 3 .", "beam": 2, "max_len": 6}'
 
 
-def peak_rss_mb(pid):
+def status_mb(pid, key):
+    """A memory figure of /proc/PID/status (VmHWM: peak RSS, VmRSS: now) in MB."""
     with open("/proc/%d/status" % pid) as f:
         for line in f:
-            if line.startswith("VmHWM:"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1]) / 1024.0
     return -1.0
 
@@ -176,15 +177,15 @@ def attack(port, pid, name):
         st, out = request(port, body)
         return "%d, reply %d KB" % (st, len(out) >> 10), st == 200 and len(out) < (8 << 20)
     if name == "unique-words-1000":   # item 6: new words do not stay in memory
-        before = rss_now(pid)
+        before = status_mb(pid, "VmRSS")
         for i in range(1000):
             words = " ".join("w%06d%s" % (i * 100 + k, "q" * 90) for k in range(100))
             st, _ = request(port, json.dumps({"text": words, "beam": 1, "max_len": 2}).encode())
             if st != 200:
                 return "request %d: %d" % (i, st), False
             if i == 199:
-                before = rss_now(pid)
-        grew = rss_now(pid) - before
+                before = status_mb(pid, "VmRSS")
+        grew = status_mb(pid, "VmRSS") - before
         sanitized = os.environ.get("PSM_TEST_SANITIZED") == "1"   # ASan's quarantine holds freed memory
         return "1000 x 200, RSS +%.1f MB over the last 800" % grew, grew < 8.0 or sanitized
     if name == "hung-up-8":   # item 7: work for clients that left is dropped
@@ -216,20 +217,12 @@ def attack(port, pid, name):
     raise SystemExit("unknown attack " + name)
 
 
-def rss_now(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024.0
-    return -1.0
-
-
 def main():
     port, pid, name = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
     answer, expected = attack(port, pid, name)
     ok, secs, st = normal(port)
     why = "" if expected and ok else (" (unexpected answer)" if not expected else " (next request: %d)" % st)
-    print("%s\t%s\t%.0f\t%.2f\t%s%s" % (name, answer, peak_rss_mb(pid), secs,
+    print("%s\t%s\t%.0f\t%.2f\t%s%s" % (name, answer, status_mb(pid, "VmHWM"), secs,
                                         "OK" if expected and ok else "FAIL", why))
     sys.exit(0 if expected and ok else 1)
 
