@@ -1,5 +1,5 @@
-/* test-metric-rouge.c — ROUGE against values worked out by hand and the
- * stems of ROUGE-1.5.5's Porter stemmer (bench/rouge-vs-official.sh compares
+/* test-metric-rouge.c — ROUGE against values worked out by hand, the stems
+ * of ROUGE-1.5.5's Porter stemmer and its WordNet exception lookup (bench/rouge-vs-official.sh compares
  * whole corpora with the Perl script itself). */
 #include "config.h"
 #include <math.h>
@@ -129,6 +129,41 @@ START_TEST (test_stemmer)
 }
 END_TEST
 
+START_TEST (test_exceptions)
+{
+  /* ROUGE-1.5.5's MorphStem: a token longer than 3 found in WordNet 2.0's
+   * exception lists becomes its base form, which is not stemmed further; the
+   * others are Porter-stemmed. Each row: summary word, reference word, and
+   * whether they match with the lists (they never match without them). */
+  static const struct { const char *sum, *ref; gboolean hit; } rows[] = {
+    { "went", "go", TRUE },            /* verb.exc */
+    { "children", "child", TRUE },     /* noun.exc; "child" stems to itself */
+    { "geese", "goose", FALSE },       /* goose, unstemmed, against "goos" */
+    { "geese", "geese", TRUE },
+    { "mice", "mice", TRUE },
+    { "best", "well", TRUE },          /* adv.exc is read after adj.exc ... */
+    { "best", "good", FALSE },         /* ... so not adj.exc's "good" */
+    { "better", "well", TRUE },
+    { "abaci", "abacus", FALSE },      /* 5 letters: looked up; "abacus" -> "abacu" */
+    { "zoa", "zoon", FALSE },          /* 3 letters: never looked up */
+    { "worse", "bad", TRUE },          /* adj.exc; "bad" is too short to stem */
+  };
+  void *on = make ("average = \"mean\";"), *off = make ("average = \"mean\"; exceptions = false;");
+  for (guint i = 0; i < G_N_ELEMENTS (rows); i++) {
+    mk->reset (on);
+    mk->reset (off);
+    mk->add_text (on, rows[i].sum, rows[i].ref, NULL);
+    mk->add_text (off, rows[i].sum, rows[i].ref, NULL);
+    ck_assert_msg (value (on, "rouge1_r") == (rows[i].hit ? 100.0 : 0.0), "%s / %s: %s expected", rows[i].sum,
+                   rows[i].ref, rows[i].hit ? "a match" : "no match");
+    ck_assert_msg (value (off, "rouge1_r") == (strcmp (rows[i].sum, rows[i].ref) ? 0.0 : 100.0), "%s / %s",
+                   rows[i].sum, rows[i].ref);
+  }
+  mk->destroy (on);
+  mk->destroy (off);
+}
+END_TEST
+
 START_TEST (test_limits)
 {
   /* -l 3 counts raw words, "." included: the summary is cut to "aa bb .",
@@ -188,6 +223,7 @@ main (void)
   tcase_add_test (tc, test_hand_worked);
   tcase_add_test (tc, test_tokens);
   tcase_add_test (tc, test_stemmer);
+  tcase_add_test (tc, test_exceptions);
   tcase_add_test (tc, test_limits);
   tcase_add_test (tc, test_bootstrap);
   suite_add_tcase (s, tc);

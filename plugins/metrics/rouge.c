@@ -5,12 +5,12 @@
  * Texts: each sentence is lower-cased (ASCII), "-" set apart, every byte
  *   outside [A-Za-z0-9-] made a space; tokens are the space-separated words
  *   that start with [a-z0-9] (a lone "-" is dropped). With stemming, tokens
- *   longer than 3 characters go through the script's Porter stemmer (its
- *   step 4 modified so that -ement words do not also try -ment and -ent).
- *   The script first looks tokens up in a WordNet exception database; the
- *   one it ships is in Berkeley DB 1.85 format, which current Perl cannot
- *   open, and the usual rebuild (pyrouge's instructions) leaves it empty —
- *   so, as in practice, there is no exception list here.
+ *   longer than 3 characters become what the script's MorphStem makes of
+ *   them (rouge-stem.c): the base form from WordNet 2.0's exception lists
+ *   when the token is in them (went -> go, children -> child), else the
+ *   script's Porter stemmer. exceptions = false reproduces the script run
+ *   with an empty exception database (what pyrouge's set-up instructions
+ *   build), which reads about 0.3 ROUGE-1 lower on CNN/DailyMail.
  * ROUGE-N: recall = clipped n-gram hits / reference n-grams, precision =
  *   hits / summary n-grams, over the sentences joined.
  * ROUGE-L: for each reference sentence, the union of its positions on the
@@ -34,15 +34,18 @@
  *   a sentence also ends after each `sentence_end` token (See et al.'s
  *   scoring splits decoded summaries after every "."). */
 #include <math.h>
-#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <psm/psm.h>
 #include <psm/psm-pipeline.h>
+#include "rouge-stem.h"
 
 static const PsmParamSpec params[] = {
-  { "stem", PSM_PARAM_BOOL, "true", PSM_NO_RANGE, "Porter stemming of tokens longer than 3 (ROUGE-1.5.5 -m)", NULL },
+  { "stem", PSM_PARAM_BOOL, "true", PSM_NO_RANGE, "stem tokens longer than 3 (ROUGE-1.5.5 -m)", NULL },
+  { "exceptions", PSM_PARAM_BOOL, "true", PSM_NO_RANGE,
+    "with stem: WordNet 2.0 exception lookup before the Porter stemmer, as ROUGE-1.5.5 (false: empty database)",
+    NULL },
   { "limit_words", PSM_PARAM_INT, "0", 0, 1000000, "score only the first N words (-l N; 0 = whole texts)", NULL },
   { "limit_bytes", PSM_PARAM_INT, "0", 0, 100000000, "score only the first N bytes (-b N, DUC: 75; 0 = whole)",
     NULL },
@@ -56,147 +59,12 @@ static const PsmParamSpec params[] = {
 enum { R1, R2, RL, N_SCORES };
 
 typedef struct {
-  gboolean stem;
   int limit_words, limit_bytes;
   char *sentence_end;
-  regex_t mgr0, meq1, mgr1, vowel, cvc;
+  RougeStemmer *stemmer;     /* NULL: no stemming */
   gboolean bootstrap;
   GArray *scores;            /* per summary: [N_SCORES][R, P, F] doubles */
 } Rouge;
-
-/* ---- the script's Porter stemmer ---- */
-
-#define RC "[^aeiou][^aeiouy]*"   /* consonant sequence ($C) */
-#define RV "[aeiouy][aeiou]*"     /* vowel sequence ($V) */
-
-static gboolean
-matches (const regex_t *re, const char *s)
-{
-  return regexec (re, s, 0, NULL, 0) == 0;
-}
-
-static gboolean
-ends_with (const char *w, size_t n, const char *suf)
-{
-  size_t k = strlen (suf);
-  return n >= k && memcmp (w + n - k, suf, k) == 0;
-}
-
-/* The longest of the suffixes (NULL-terminated) that w ends with: what the
- * script's leftmost match of an alternation anchored at the end finds. */
-static int
-longest_suffix (const char *w, size_t n, const char *const *suf)
-{
-  int best = -1;
-  for (int i = 0; suf[i]; i++)
-    if (ends_with (w, n, suf[i]) && (best < 0 || strlen (suf[i]) > strlen (suf[best])))
-      best = i;
-  return best;
-}
-
-/* Whether the stem w[0..n) matches re (copied to hold a terminator). */
-static gboolean
-stem_matches (const regex_t *re, GString *tmp, const char *w, size_t n)
-{
-  g_string_truncate (tmp, 0);
-  g_string_append_len (tmp, w, (gssize) n);
-  return matches (re, tmp->str);
-}
-
-static void
-porter (const Rouge *r, GString *w)
-{
-  static const char *const step2[] = { "ational", "tional", "enci", "anci", "izer", "bli", "alli", "entli", "eli",
-                                       "ousli", "ization", "ation", "ator", "alism", "iveness", "fulness",
-                                       "ousness", "aliti", "iviti", "biliti", "logi", NULL };
-  static const char *const step2to[] = { "ate", "tion", "ence", "ance", "ize", "ble", "al", "ent", "e",
-                                         "ous", "ize", "ate", "ate", "al", "ive", "ful",
-                                         "ous", "al", "ive", "ble", "log" };
-  static const char *const step3[] = { "icate", "ative", "alize", "iciti", "ical", "ful", "ness", NULL };
-  static const char *const step3to[] = { "ic", "", "al", "ic", "ic", "", "" };
-  static const char *const step4[] = { "al", "ance", "ence", "er", "ic", "able", "ible", "ant", "ement",
-                                       "ou", "ism", "ate", "iti", "ous", "ive", "ize", NULL };
-  if (w->len < 3)
-    return;
-  gboolean y = w->str[0] == 'y';
-  if (y)
-    w->str[0] = 'Y';   /* an initial y is never a vowel */
-  GString *tmp = g_string_new (NULL);
-  size_t n = w->len;
-  /* step 1a */
-  if (ends_with (w->str, n, "sses") || ends_with (w->str, n, "ies"))
-    g_string_truncate (w, n - 2);
-  else if (n >= 2 && w->str[n - 1] == 's' && w->str[n - 2] != 's')
-    g_string_truncate (w, n - 1);
-  /* step 1b */
-  n = w->len;
-  if (ends_with (w->str, n, "eed")) {
-    if (stem_matches (&r->mgr0, tmp, w->str, n - 3))
-      g_string_truncate (w, n - 1);
-  } else if (ends_with (w->str, n, "ed") || ends_with (w->str, n, "ing")) {
-    size_t k = n - (ends_with (w->str, n, "ed") ? 2 : 3);
-    if (stem_matches (&r->vowel, tmp, w->str, k)) {
-      g_string_truncate (w, k);
-      if (ends_with (w->str, k, "at") || ends_with (w->str, k, "bl") || ends_with (w->str, k, "iz"))
-        g_string_append_c (w, 'e');
-      else if (k >= 2 && w->str[k - 1] == w->str[k - 2] && !strchr ("aeiouylsz", w->str[k - 1]))
-        g_string_truncate (w, k - 1);
-      else if (matches (&r->cvc, w->str))
-        g_string_append_c (w, 'e');
-    }
-  }
-  /* step 1c */
-  n = w->len;
-  if (n >= 1 && w->str[n - 1] == 'y' && stem_matches (&r->vowel, tmp, w->str, n - 1))
-    w->str[n - 1] = 'i';
-  /* steps 2 and 3 */
-  for (int step = 2; step <= 3; step++) {
-    const char *const *suf = step == 2 ? step2 : step3;
-    const char *const *to = step == 2 ? step2to : step3to;
-    n = w->len;
-    int i = longest_suffix (w->str, n, suf);
-    if (i >= 0) {
-      size_t k = n - strlen (suf[i]);
-      if (stem_matches (&r->mgr0, tmp, w->str, k)) {
-        g_string_truncate (w, k);
-        g_string_append (w, to[i]);
-      }
-    }
-  }
-  /* step 4, as modified in ROUGE-1.5.5 */
-  n = w->len;
-  int i = longest_suffix (w->str, n, step4);
-  if (i >= 0) {
-    size_t k = n - strlen (step4[i]);
-    if (stem_matches (&r->mgr1, tmp, w->str, k))
-      g_string_truncate (w, k);
-  }
-  n = w->len;
-  if (ends_with (w->str, n, "ment") && stem_matches (&r->mgr1, tmp, w->str, n - 4))
-    g_string_truncate (w, n - 4);
-  n = w->len;
-  if (ends_with (w->str, n, "ent")) {
-    if (stem_matches (&r->mgr1, tmp, w->str, n - 3))
-      g_string_truncate (w, n - 3);
-  } else if (ends_with (w->str, n, "sion") || ends_with (w->str, n, "tion")) {
-    if (stem_matches (&r->mgr1, tmp, w->str, n - 3))
-      g_string_truncate (w, n - 3);
-  }
-  /* step 5 */
-  n = w->len;
-  if (n >= 1 && w->str[n - 1] == 'e') {
-    g_string_truncate (tmp, 0);
-    g_string_append_len (tmp, w->str, (gssize) n - 1);
-    if (matches (&r->mgr1, tmp->str) || (matches (&r->meq1, tmp->str) && !matches (&r->cvc, tmp->str)))
-      g_string_truncate (w, n - 1);
-  }
-  n = w->len;
-  if (ends_with (w->str, n, "ll") && matches (&r->mgr1, w->str))
-    g_string_truncate (w, n - 1);
-  if (y)
-    w->str[0] = 'y';
-  g_string_free (tmp, TRUE);
-}
 
 /* ---- texts ---- */
 
@@ -310,8 +178,8 @@ tokenize (const Rouge *r, const char *text, GPtrArray *tokens)
     if (!**t || !(g_ascii_islower (**t) || g_ascii_isdigit (**t)))
       continue;
     g_string_assign (w, *t);
-    if (r->stem && w->len > 3)
-      porter (r, w);
+    if (r->stemmer && w->len > 3)
+      rouge_stem (r->stemmer, w);
     g_ptr_array_add (tokens, g_strdup (w->str));
   }
   g_strfreev (parts);
@@ -644,20 +512,14 @@ static void *
 rouge_create (const PsmSection *cfg, GError **error)
 {
   Rouge *r = g_new0 (Rouge, 1);
-  r->stem = cfg ? psm_section_bool (cfg, "stem") : TRUE;
   r->limit_words = cfg ? (int) psm_section_int (cfg, "limit_words") : 0;
   r->limit_bytes = cfg ? (int) psm_section_int (cfg, "limit_bytes") : 0;
   r->sentence_end = g_strdup (cfg ? psm_section_string (cfg, "sentence_end") : ".");
   r->bootstrap = cfg ? strcmp (psm_section_string (cfg, "average"), "bootstrap") == 0 : TRUE;
   r->scores = g_array_new (FALSE, FALSE, sizeof (double));
-  int f = REG_EXTENDED | REG_NOSUB;
-  if (regcomp (&r->mgr0, "^(" RC ")?" RV RC, f) || regcomp (&r->meq1, "^(" RC ")?" RV RC "(" RV ")?$", f) ||
-      regcomp (&r->mgr1, "^(" RC ")?" RV RC RV RC, f) || regcomp (&r->vowel, "^(" RC ")?[aeiouy]", f) ||
-      regcomp (&r->cvc, "^" RC "[aeiouy][^aeiouwxy]$", f)) {
-    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "rouge: cannot compile the stemmer's patterns");
-    g_array_unref (r->scores);
-    g_free (r->sentence_end);
-    g_free (r);
+  gboolean stem = cfg ? psm_section_bool (cfg, "stem") : TRUE;
+  if (stem && !(r->stemmer = rouge_stemmer_new (cfg ? psm_section_bool (cfg, "exceptions") : TRUE, error))) {
+    rouge_destroy (r);
     return NULL;
   }
   if (r->limit_words && r->limit_bytes) {
@@ -674,11 +536,7 @@ static void
 rouge_destroy (void *self)
 {
   Rouge *r = self;
-  regfree (&r->mgr0);
-  regfree (&r->meq1);
-  regfree (&r->mgr1);
-  regfree (&r->vowel);
-  regfree (&r->cvc);
+  rouge_stemmer_free (r->stemmer);
   g_array_unref (r->scores);
   g_free (r->sentence_end);
   g_free (r);
@@ -690,5 +548,5 @@ static const PsmMetricClass klass = {
 };
 
 PSM_PLUGIN (PSM_KIND_METRIC, "rouge",
-            "ROUGE-1/2/L recall, precision, F1 as ROUGE-1.5.5 -n 2 -a -m (summary-level LCS union, Porter stemmer)",
+            "ROUGE-1/2/L recall, precision, F1 as ROUGE-1.5.5 -n 2 -a -m (summary-level LCS union, WordNet + Porter)",
             params, NULL, &klass)
