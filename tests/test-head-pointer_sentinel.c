@@ -4,8 +4,10 @@
  * stored states, some of them before the stream's start); the loss of a
  * segment's second half given the first half as history equals the loss of
  * those positions computed in one segment (the window crosses the boundary
- * exactly); the loss is the mean of token_logp; the mixed distribution of
- * scores sums to one; a task without streams is refused. */
+ * exactly); without the pointer loss the loss is the mean of -token_logp,
+ * with it (the default) that plus the mean of -log(g + sum of the
+ * target's attention), worked out here from the parameters; the mixed
+ * distribution of scores sums to one; a task without streams is refused. */
 #include "config.h"
 #include <math.h>
 #include <string.h>
@@ -96,6 +98,12 @@ gradcheck (const char *text)
 START_TEST (test_gradients) { gradcheck ("plugin = \"pointer_sentinel\"; window = 3;"); }
 END_TEST
 
+START_TEST (test_gradients_no_pointer_loss)
+{
+  gradcheck ("plugin = \"pointer_sentinel\"; window = 3; pointer_loss = false;");
+}
+END_TEST
+
 START_TEST (test_gradients_tied) { gradcheck ("plugin = \"pointer_sentinel\"; window = 3; tie_embedding = true;"); }
 END_TEST
 
@@ -105,7 +113,7 @@ END_TEST
 START_TEST (test_boundary)
 {
   Fix f;
-  setup (&f, "plugin = \"pointer_sentinel\"; window = 3;");
+  setup (&f, "plugin = \"pointer_sentinel\"; window = 3; pointer_loss = false;");
   PsmGraph *g = psm_graph_new ();
   psm_graph_set_grad (g, FALSE);
   int s4[3] = { T, B, H };
@@ -161,6 +169,63 @@ START_TEST (test_boundary)
 }
 END_TEST
 
+/* p_vocab(y) of row r from the head's own parameters: softmax(h W_o + b_o) */
+static double
+p_vocab (Fix *f, int r)
+{
+  PsmParams *p = f->params;
+  const float *w = psm_params_data (p) + psm_params_offset (p, psm_params_find (p, "head.w_o"));
+  const float *bo = psm_params_data (p) + psm_params_offset (p, psm_params_find (p, "head.b_o"));
+  const float *h = f->state + (size_t) r * H;
+  double z[V], mx = -INFINITY, sum = 0.0;
+  for (int v = 0; v < V; v++) {
+    z[v] = bo[v];
+    for (int i = 0; i < H; i++)
+      z[v] += h[i] * w[i * V + v];
+    mx = MAX (mx, z[v]);
+  }
+  for (int v = 0; v < V; v++)
+    sum += exp (z[v] - mx);
+  return exp (z[f->batch.tgt[r]] - mx) / sum;
+}
+
+/* The default loss adds §2.6's pointer loss: the mixture's p(y) = g p_v(y)
+ * + A (A the attention on the target's positions), so A = p(y) - g p_v(y)
+ * and the pointer loss of the row is -log(g + A). */
+START_TEST (test_pointer_loss)
+{
+  Fix f, off;
+  setup (&f, "plugin = \"pointer_sentinel\"; window = 3;");
+  setup (&off, "plugin = \"pointer_sentinel\"; window = 3; pointer_loss = false;");
+  PsmGraph *g = psm_graph_new ();
+  psm_graph_set_grad (g, FALSE);
+  int s3[3] = { T, B, H }, ps[3] = { P, B, H };
+  PsmDecOut out = { .Ty = T, .B = B, .state = psm_tensor_wrap (g, f.state, NULL, 3, s3), .P = P,
+                    .past = psm_tensor_wrap (g, f.past, NULL, 3, ps), .past_ids = f.past_ids };
+  float lp[T * B], gt[T * B];
+  f.hk->token_logp (f.head, g, f.params, NULL, &out, &f.batch, lp, gt);
+  double nll = 0.0, ptr = 0.0, w = 0.0, gsum = 0.0;
+  for (int r = 0; r < T * B; r++)
+    if (f.batch.tgt_mask[r] != 0.0f) {
+      double a = exp (lp[r]) - gt[r] * p_vocab (&f, r);
+      ck_assert_msg (a > -1e-6, "row %d: negative attention %g", r, a);
+      nll -= lp[r];
+      ptr -= log (gt[r] + MAX (a, 0.0));
+      gsum += a;
+      w += 1.0;
+    }
+  ck_assert_msg (gsum > 0.1, "the fixture's targets should be in their windows (attention %g)", gsum);
+  float on_loss = f.hk->loss (f.head, g, f.params, NULL, &out, &f.batch)->data[0];
+  float off_loss = off.hk->loss (off.head, g, off.params, NULL, &out, &off.batch)->data[0];
+  ck_assert_msg (fabs (off_loss - nll / w) < 1e-5, "no pointer loss: %g vs %g", off_loss, nll / w);
+  ck_assert_msg (fabs (on_loss - (nll + ptr) / w) < 1e-5, "with it: %g vs %g + %g", on_loss, nll / w, ptr / w);
+  ck_assert (ptr / w > 1e-3);
+  psm_graph_free (g);
+  teardown (&f);
+  teardown (&off);
+}
+END_TEST
+
 START_TEST (test_refuses_non_streams)
 {
   const PsmPluginDesc *d = psm_test_plugin (PSM_KIND_HEAD, "pointer_sentinel");
@@ -195,6 +260,8 @@ main (void)
   TCase *tc = tcase_create ("pointer_sentinel");
   tcase_set_timeout (tc, 60);
   tcase_add_test (tc, test_gradients);
+  tcase_add_test (tc, test_gradients_no_pointer_loss);
+  tcase_add_test (tc, test_pointer_loss);
   tcase_add_test (tc, test_gradients_tied);
   tcase_add_test (tc, test_boundary);
   tcase_add_test (tc, test_refuses_non_streams);

@@ -7,9 +7,15 @@
  *         states the core keeps (PsmHeadClass.history: L - 1 of them)
  *   a = softmax([z; q . s]), s the learned sentinel;  g = a[L + 1]
  *   p(y) = g p_vocab(y) + sum_{i : w_i = y} a_i      (eq. 4 and 5)
- * Loss -log p(y) (§2.6), computed for the target alone: one picked
+ * Loss (§2.6): -log p(y) plus, unless pointer_loss = false, the pointer
+ * loss -log(g + sum_{i : w_i = y} a_i), which supervises the attention
+ * directly (the mass the pointer gives the target or hands to the
+ * sentinel). Both are computed for the target alone: one picked
  * log-softmax of the vocabulary and the L + 1 window scores a row, never
- * the mixed distribution. The window's oldest states come from earlier
+ * the mixed distribution; the pointer loss is the mixture's op with
+ * p_vocab(y) taken as 1. Both are means over target tokens, so the
+ * training loss printed is their sum (perplexities come from -log p(y)
+ * alone). The window's oldest states come from earlier
  * segments without gradient (truncated backpropagation through time; the
  * paper's k1 = 1, k2 = L regime is not this). The word at position i is
  * the input word w_i whose reading produced h_i. */
@@ -19,7 +25,7 @@
 
 typedef struct {
   int H, V, L;
-  gboolean tied;
+  gboolean tied, pointer_loss;
   int w_o, b_o, w_q, b_q, s;
 } Sentinel;
 
@@ -27,6 +33,8 @@ static const PsmParamSpec params[] = {
   { "window", PSM_PARAM_INT, "100", 1, 10000, "positions L the pointer reaches back (this one included)", NULL },
   { "tie_embedding", PSM_PARAM_BOOL, "false", PSM_NO_RANGE, "softmax weights = the token embedding table (transposed)",
     NULL },
+  { "pointer_loss", PSM_PARAM_BOOL, "true", PSM_NO_RANGE,
+    "add the pointer loss -log(g + sum of the target's attention) of §2.6 (false: the mixture's NLL only)", NULL },
   PSM_PARAM_END
 };
 
@@ -44,6 +52,7 @@ ps_create (const PsmSection *cfg, const PsmBuildCtx *ctx, GError **error)
   s->V = ctx->task->tgt_vocab;
   s->L = (int) psm_section_int (cfg, "window");
   s->tied = psm_section_bool (cfg, "tie_embedding");
+  s->pointer_loss = psm_section_bool (cfg, "pointer_loss");
   if (s->tied) {
     int nd, es[PSM_MAX_DIMS];
     psm_params_shape (ctx->params, ctx->emb_param, &nd, es);
@@ -97,8 +106,14 @@ ps_loss (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const Ps
 {
   PsmTensor *z, *lgen;
   const int32_t *wid;
-  parts (self, g, p, out, batch, &z, &lgen, &wid);
-  return psm_sentinel_nll (g, z, lgen, wid, batch->tgt, batch->tgt_mask);
+  Sentinel *s = self;
+  parts (s, g, p, out, batch, &z, &lgen, &wid);
+  PsmTensor *nll = psm_sentinel_nll (g, z, lgen, wid, batch->tgt, batch->tgt_mask);
+  if (!s->pointer_loss)
+    return nll;
+  /* -log(g + sum_{i in I(y, x)} a_i): the same mixture with p_vocab(y) = 1 */
+  PsmTensor *zero = psm_tensor_zeros (g, lgen->ndim, lgen->shape, FALSE);
+  return psm_add (g, nll, psm_sentinel_nll (g, z, zero, wid, batch->tgt, batch->tgt_mask));
 }
 
 /* Softmax of z [L + 1] (with -inf) into a; returns the gate a[L]. */
