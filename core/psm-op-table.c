@@ -12,6 +12,7 @@ const PsmOpInfo psm_op_table[PSM_OP_COUNT] = {
   [PSM_OP_SIGMOID] = { "sigmoid", psm_sigmoid_backward },
   [PSM_OP_TANH] = { "tanh", psm_tanh_backward },
   [PSM_OP_RELU] = { "relu", psm_relu_backward },
+  [PSM_OP_MAXOUT] = { "maxout", psm_maxout_backward },
   [PSM_OP_SOFTMAX] = { "softmax", psm_softmax_backward },
   [PSM_OP_LOG_SOFTMAX] = { "log_softmax", psm_log_softmax_backward },
   [PSM_OP_EMBEDDING] = { "embedding", psm_embedding_backward },

@@ -2390,6 +2390,47 @@ START_TEST (test_noisy_tanh)
 }
 END_TEST
 
+/* psm_maxout: each output is the largest of k consecutive inputs, the
+ * gradient reaching that input only; 2-D and 3-D, k = 2 and 3. Inputs kept
+ * apart (no near-ties) so that the finite differences see no kink. */
+static PsmTensor *
+f_maxout (PsmGraph *g, void *ud)
+{
+  Case *c = ud;
+  return psm_test_project (g, psm_maxout (g, in (g, c, 0), c->which));
+}
+
+START_TEST (test_maxout)
+{
+  PsmRng rng;
+  psm_rng_seed (&rng, 43);
+  for (int k = 2; k <= 3; k++) {
+    Case c = { 0 };
+    c.which = k;
+    if (k == 2)
+      alloc_in (&c, 0, 2, 5, 8, 0, &rng, 1.0f);
+    else
+      alloc_in (&c, 0, 3, 2, 3, 6, &rng, 1.0f);
+    size_t n = n_of (&c, 0);
+    for (size_t i = 0; i < n; i++)   /* distinct values 0.05 apart at least */
+      c.x[0][i] = 0.05f * (float) ((i * 7919) % n) - 0.4f + 0.01f * c.x[0][i];
+    PsmGraph *g = psm_graph_new ();
+    PsmTensor *y = psm_maxout (g, in (g, &c, 0), k);
+    ck_assert_int_eq (y->n * k, n);
+    ck_assert_int_eq (y->shape[y->ndim - 1] * k, k == 2 ? 8 : 6);
+    for (size_t o = 0; o < y->n; o++) {
+      float m = c.x[0][o * k];
+      for (int i = 1; i < k; i++)
+        m = MAX (m, c.x[0][o * k + i]);
+      ck_assert_msg (y->data[o] == m, "maxout %d forward at %zu", k, o);
+    }
+    psm_graph_free (g);
+    check_all (k == 2 ? "maxout 2" : "maxout 3", f_maxout, &c, 1, 1e-3f);
+    free_case (&c);
+  }
+}
+END_TEST
+
 /* psm_gather_cols: the chosen columns of every row, a repeated column's
  * gradient summed; 1-D (a bias) and 3-D inputs. */
 static PsmTensor *
@@ -3002,6 +3043,7 @@ main (int argc, char **argv)
   tcase_add_test (tc, test_lstm_zoneout);
   tcase_add_test (tc, test_dropout);
   tcase_add_test (tc, test_noisy_tanh);
+  tcase_add_test (tc, test_maxout);
   tcase_add_test (tc, test_logsumexp);
   tcase_add_test (tc, test_dot_scores);
   tcase_add_test (tc, test_gather_cols);

@@ -1,10 +1,13 @@
-/* elementwise.c — add (with tiling), mul, scale, sigmoid, tanh, relu.
+/* elementwise.c — add (with tiling), mul, scale, sigmoid, tanh, relu, maxout.
  *   add:     y = a + b[i mod |b|];  da += dy,  db[j] += sum_{i mod |b| = j} dy[i]
  *   mul:     y = a * b;             da += dy * b,  db += dy * a
  *   scale:   y = k a;               da += k dy
  *   sigmoid: y = 1 / (1 + e^-x);    dx += dy y (1 - y)   (fastmath.h)
  *   tanh:    y = tanh x;            dx += dy (1 - y^2)
- *   relu:    y = max(x, 0);         dx += dy [y > 0] */
+ *   relu:    y = max(x, 0);         dx += dy [y > 0]
+ *   maxout:  y[r, j] = max_{i < k} x[r, j k + i]  (Goodfellow et al. 2013:
+ *            each output pools k consecutive columns); dx += dy at the
+ *            first column that attains the max */
 #include "config.h"
 #include <math.h>
 #include <string.h>
@@ -125,4 +128,45 @@ psm_relu_backward (PsmNode *n)
   for (size_t i = 0; i < n->out->n; i++)
     if (y[i] > 0.0f)
       dx[i] += dy[i];
+}
+
+/* The column of row x[0..k) that holds its max (the first, on ties). */
+static inline int
+argmax_k (const float *x, int k)
+{
+  int best = 0;
+  for (int i = 1; i < k; i++)
+    if (x[i] > x[best])
+      best = i;
+  return best;
+}
+
+PsmTensor *
+psm_maxout (PsmGraph *g, PsmTensor *x, int k)
+{
+  int cols = psm_tensor_cols (x);
+  g_return_val_if_fail (k >= 1 && cols % k == 0, NULL);
+  int shape[PSM_MAX_DIMS];
+  memcpy (shape, x->shape, sizeof (int) * x->ndim);
+  shape[x->ndim - 1] = cols / k;
+  PsmTensor *in[1] = { x };
+  PsmTensor *y = psm_op_out (g, x->ndim, shape, 1, in);
+  for (size_t o = 0; o < y->n; o++) {
+    const float *xs = x->data + o * k;
+    y->data[o] = xs[argmax_k (xs, k)];
+  }
+  PsmNode *n = psm_graph_record (g, PSM_OP_MAXOUT, y, 1, in);
+  if (n)
+    n->iarg[0] = k;
+  return y;
+}
+
+void
+psm_maxout_backward (PsmNode *n)
+{
+  int k = n->iarg[0];
+  const float *x = n->in[0]->data, *dy = n->out->grad;
+  float *dx = n->in[0]->grad;
+  for (size_t o = 0; o < n->out->n; o++)
+    dx[o * k + argmax_k (x + o * k, k)] += dy[o];
 }

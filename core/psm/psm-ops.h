@@ -42,6 +42,9 @@ PsmTensor *psm_scale (PsmGraph *g, PsmTensor *a, float k);       /* k a */
 PsmTensor *psm_sigmoid (PsmGraph *g, PsmTensor *x);
 PsmTensor *psm_tanh (PsmGraph *g, PsmTensor *x);
 PsmTensor *psm_relu (PsmGraph *g, PsmTensor *x);
+/* ABI 1.19: maxout over the last dimension, y[.., j] = max_{i < k} x[.., j k + i]
+ * (its size a multiple of k); the deep output layer of Gulcehre et al. eq. 3. */
+PsmTensor *psm_maxout (PsmGraph *g, PsmTensor *x, int k);
 
 /* --- softmax family (core/ops/softmax.c), over the last dim --- */
 PsmTensor *psm_softmax (PsmGraph *g, PsmTensor *x);

@@ -63,9 +63,10 @@ G_BEGIN_DECLS
  * bf16 training need not keep the scores' gradient). 1.18:
  * psm_vocab_truncate and PSM_MAX_WORD_BYTES (raw text decoded by serve or
  * --input leaves a task's word table as it was, and a word longer than the
- * bound reads as <unk>: issue 58). */
+ * bound reads as <unk>: issue 58). 1.19: psm_maxout (the maxout deep output
+ * layer of Gulcehre et al. eq. 3 in the softmax and pointer_softmax heads). */
 #define PSM_ABI_MAJOR 1
-#define PSM_ABI_MINOR 18
+#define PSM_ABI_MINOR 19
 #define PSM_PLUGIN_ENTRY_SYMBOL "psm_plugin_entry"
 
 typedef enum {

@@ -22,10 +22,16 @@
  * On an attention decoder (seq2seq, Gulcehre et al. §3-4, §5.2-5.3) every
  * target step t reads the decoder's state s_t, context c_t and input
  * embedding y_(t-1), x_t = [s_t; c_t; y_(t-1)]:
- *   shortlist  u_w = tanh([s_t; c_t] W_w + b_w),  w_t = softmax(u_w U_w + b_U)
- *              (the `softmax` head with hidden and tanh: "the same as the
- *              typical softmax output layer", so the two differ only by
- *              the location softmax and the switch)
+ *   shortlist  u_w = f_o(s_t, y_(t-1), c_t),  w_t = softmax(u_w U_w + b_U):
+ *              eq. 3's deep output layer (Pascanu et al. 2013), one layer
+ *              of maxout units over x_t, u_w = maxout_2(x_t W_w + b_w)
+ *              (two pieces a unit, as Bahdanau et al.'s RNNsearch, whose
+ *              decoder §3 describes); activation = tanh and prev_word =
+ *              false give u_w = tanh([s_t; c_t] W_w + b_w). It is the
+ *              `softmax` head with the same hidden, activation and
+ *              prev_word: "the same as the typical softmax output layer",
+ *              so the two differ only by the location softmax and the
+ *              switch
  *   location   l_t = the decoder's attention a_t over the source positions
  *              (§4: the location softmax is the attention mechanism)
  *   switch     x = v_d^T relu(x_t W_d + b_d) + b_v,  d_t = s(k x)
@@ -48,6 +54,7 @@
 typedef struct {
   int Hs, Ha, V, hidden, attn, sw, maxT;
   gboolean seq2seq;              /* location = the decoder's attention */
+  gboolean maxout, prev_word;    /* seq2seq: the deep output f_o (eq. 3) */
   gboolean summary;              /* location from c alone (§5.1) */
   float k;
   int w_w, b_w, u_w, b_U;        /* shortlist */
@@ -59,7 +66,12 @@ typedef struct {
 } PointerSoftmax;
 
 static const PsmParamSpec params[] = {
-  { "hidden", PSM_PARAM_INT, "256", 1, 16384, "shortlist latent layer u_w", NULL },
+  { "hidden", PSM_PARAM_INT, "256", 1, 16384, "shortlist latent layer u_w (units; maxout: 2 pieces each)", NULL },
+  { "activation", PSM_PARAM_CHOICE, "maxout", PSM_NO_RANGE,
+    "with an attention decoder: the deep output layer's units, maxout (eq. 3, as RNNsearch) or tanh; without "
+    "one u_w is tanh", "maxout|tanh" },
+  { "prev_word", PSM_PARAM_BOOL, "true", PSM_NO_RANGE,
+    "with an attention decoder: the deep output reads y_(t-1) too, f_o(s_t, y_(t-1), c_t) (eq. 3)", NULL },
   { "location", PSM_PARAM_CHOICE, "pointer", PSM_NO_RANGE,
     "without a decoder: pointer network over annotations, or from the summary c only (§5.1); with an attention "
     "decoder the location softmax is its attention", "pointer|summary" },
@@ -108,10 +120,12 @@ ps_create (const PsmSection *cfg, const PsmBuildCtx *ctx, GError **error)
   s->hidden = (int) psm_section_int (cfg, "hidden");
   s->sw = (int) psm_section_int (cfg, "switch_hidden");
   s->k = (float) psm_section_float (cfg, "temperature");
-  /* the shortlist reads c, or [s_t; c_t] on an attention decoder */
-  int in_w = s->seq2seq ? ctx->state_dim + ctx->context_dim : s->Hs;
-  s->w_w = psm_build_matrix (ctx, "shortlist.w", in_w, s->hidden, PSM_INIT_XAVIER, 0);
-  s->b_w = psm_build_vector (ctx, "shortlist.b", s->hidden, PSM_INIT_ZEROS, 0);
+  /* the shortlist reads c, or [s_t; c_t (; y_(t-1))] on an attention decoder */
+  s->maxout = s->seq2seq && strcmp (psm_section_string (cfg, "activation"), "maxout") == 0;
+  s->prev_word = s->seq2seq && psm_section_bool (cfg, "prev_word");
+  int in_w = s->seq2seq ? ctx->state_dim + ctx->context_dim + (s->prev_word ? ctx->emb_dim : 0) : s->Hs;
+  s->w_w = psm_build_matrix (ctx, "shortlist.w", in_w, s->hidden * (s->maxout ? 2 : 1), PSM_INIT_XAVIER, 0);
+  s->b_w = psm_build_vector (ctx, "shortlist.b", s->hidden * (s->maxout ? 2 : 1), PSM_INIT_ZEROS, 0);
   s->u_w = psm_build_matrix (ctx, "shortlist.out_w", s->hidden, s->V, PSM_INIT_XAVIER, 0);
   s->b_U = psm_build_vector (ctx, "shortlist.out_b", s->V, PSM_INIT_ZEROS, 0);
   if (s->seq2seq) {
@@ -209,7 +223,7 @@ forward_step (PointerSoftmax *s, PsmGraph *g, PsmParams *p, const PsmEncoding *e
 }
 
 /* seq2seq, every step as a row: the shortlist logits [Ty B, V] (V: the
- * batch's candidates, if it has) from [s_t; c_t], or [nr, V] of the nr rows
+ * batch's candidates, if it has) from f_o, or [nr, V] of the nr rows
  * at rows[] (rows NULL: all), and the switch logit k x [Ty B, 1] from
  * x_t = [s_t; c_t; y_(t-1)]. */
 static void
@@ -218,10 +232,12 @@ s2s_parts (PointerSoftmax *s, PsmGraph *g, PsmParams *p, const PsmDecOut *out, c
 {
   PsmTensor *sc = psm_concat (g, out->state, out->context), *scx = psm_concat (g, sc, out->input);
   int n = out->Ty * out->B, shape[2] = { n, psm_tensor_cols (scx) }, sc_shape[2] = { n, psm_tensor_cols (sc) };
-  PsmTensor *x = psm_tensor_reshape (g, scx, 2, shape), *u = psm_tensor_reshape (g, sc, 2, sc_shape);
+  PsmTensor *x = psm_tensor_reshape (g, scx, 2, shape);
+  PsmTensor *u = s->prev_word ? x : psm_tensor_reshape (g, sc, 2, sc_shape);
   if (rows)
     u = psm_gather_rows (g, u, rows, nr);
-  PsmTensor *uw = psm_tanh (g, psm_linear (g, u, psm_param (g, p, s->w_w), psm_param (g, p, s->b_w)));
+  PsmTensor *uw = psm_linear (g, u, psm_param (g, p, s->w_w), psm_param (g, p, s->b_w));
+  uw = s->maxout ? psm_maxout (g, uw, 2) : psm_tanh (g, uw);
   PsmTensor *w = psm_param (g, p, s->u_w), *b = psm_param (g, p, s->b_U);
   if (batch->n_cand > 0) {
     w = psm_gather_cols (g, w, batch->cand, batch->n_cand);

@@ -1,8 +1,11 @@
 /* softmax — the plain output layer: p(y | s) = softmax(u W + b) over the
- * shortlist, with u = s, or u = f(s W_u + b_u) with `hidden` > 0 (f = tanh:
- * the deep output of Bahdanau et al. / Gulcehre et al. eq. 3; f = linear:
- * See et al.'s baseline, P_vocab = softmax(V'(V [s_t; h*_t] + b) + b'),
- * eq. 4). With a decoder that has a context h*_t, s is [s_t; h*_t]. Loss:
+ * shortlist, with u = s, or u = f(s W_u + b_u) with `hidden` > 0 (f =
+ * maxout of 2 pieces a unit: the deep output f_o(s_t, y_(t-1), c_t) of
+ * Bahdanau et al. / Gulcehre et al. eq. 3, with prev_word; f = tanh: the
+ * same with tanh units; f = linear: See et al.'s baseline, P_vocab =
+ * softmax(V'(V [s_t; h*_t] + b) + b'), eq. 4). With a decoder that has a
+ * context h*_t, s is [s_t; h*_t], and with prev_word [s_t; h*_t; y_(t-1)]
+ * (y_(t-1) the decoder's input embedding). Loss:
  * mean cross-entropy of the shortlist target (unk where the word is
  * outside), scored on the real target rows only (not on padding). With
  * tie_embedding the output weights are the token embedding table, W = E^T
@@ -16,13 +19,17 @@
 
 typedef struct {
   int H, V, hidden;
-  gboolean linear, with_context, tied;
+  gboolean linear, maxout, with_context, prev_word, tied;
   int w_u, b_u, w_o, b_o;
 } Softmax;
 
 static const PsmParamSpec params[] = {
   { "hidden", PSM_PARAM_INT, "0", 0, 16384, "layer before the softmax (0 = none)", NULL },
-  { "activation", PSM_PARAM_CHOICE, "tanh", PSM_NO_RANGE, "of that layer (linear: See et al.'s eq. 4)", "tanh|linear" },
+  { "activation", PSM_PARAM_CHOICE, "tanh", PSM_NO_RANGE,
+    "of that layer (maxout, 2 pieces a unit: Gulcehre et al.'s eq. 3; linear: See et al.'s eq. 4)",
+    "tanh|maxout|linear" },
+  { "prev_word", PSM_PARAM_BOOL, "false", PSM_NO_RANGE,
+    "with an attention decoder and hidden: that layer reads y_(t-1) too, f_o(s_t, y_(t-1), c_t) (eq. 3)", NULL },
   { "tie_embedding", PSM_PARAM_BOOL, "false", PSM_NO_RANGE, "output weights = the token embedding table (transposed)",
     NULL },
   PSM_PARAM_END
@@ -35,12 +42,30 @@ sm_create (const PsmSection *cfg, const PsmBuildCtx *ctx, GError **error)
   s->with_context = ctx->context_dim > 0;
   s->H = ctx->state_dim + (s->with_context ? ctx->context_dim : 0);
   s->linear = strcmp (psm_section_string (cfg, "activation"), "linear") == 0;
+  s->maxout = strcmp (psm_section_string (cfg, "activation"), "maxout") == 0;
   s->V = ctx->task->tgt_vocab;
   s->hidden = (int) psm_section_int (cfg, "hidden");
+  s->prev_word = psm_section_bool (cfg, "prev_word");
+  if (s->prev_word && (!s->with_context || !s->hidden)) {
+    g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID,
+                 "%s: the previous word is read by the deep output layer of an attention decoder: it needs a decoder "
+                 "with a context vector and hidden > 0", psm_section_where (cfg, "prev_word"));
+    g_free (s);
+    return NULL;
+  }
+  if (s->maxout && !s->hidden) {
+    g_set_error (error, PSM_CONFIG_ERROR, PSM_CONFIG_ERROR_INVALID,
+                 "%s: maxout is the activation of the layer before the softmax: set hidden > 0",
+                 psm_section_where (cfg, "activation"));
+    g_free (s);
+    return NULL;
+  }
+  if (s->prev_word)
+    s->H += ctx->emb_dim;
   int in = s->H;
   if (s->hidden) {
-    s->w_u = psm_build_matrix (ctx, "w_u", s->H, s->hidden, PSM_INIT_XAVIER, 0);
-    s->b_u = psm_build_vector (ctx, "b_u", s->hidden, PSM_INIT_ZEROS, 0);
+    s->w_u = psm_build_matrix (ctx, "w_u", s->H, s->hidden * (s->maxout ? 2 : 1), PSM_INIT_XAVIER, 0);
+    s->b_u = psm_build_vector (ctx, "b_u", s->hidden * (s->maxout ? 2 : 1), PSM_INIT_ZEROS, 0);
     in = s->hidden;
   }
   s->tied = psm_section_bool (cfg, "tie_embedding");
@@ -65,17 +90,22 @@ sm_create (const PsmSection *cfg, const PsmBuildCtx *ctx, GError **error)
 
 static void sm_destroy (void *self) { g_free (self); }
 
-/* The input of the output layer for the rows of [state; context] (or of
- * state), or of its n rows at rows[] (rows NULL: all). */
+/* The input of the output layer for the rows of [state; context (; input)]
+ * (or of state), or of its n rows at rows[] (rows NULL: all). */
 static PsmTensor *
-pre_logits (Softmax *s, PsmGraph *g, PsmParams *p, PsmTensor *state, PsmTensor *context, const int32_t *rows, int n)
+pre_logits (Softmax *s, PsmGraph *g, PsmParams *p, PsmTensor *state, PsmTensor *context, PsmTensor *input,
+            const int32_t *rows, int n)
 {
   PsmTensor *u = s->with_context ? psm_concat (g, state, context) : state;
+  if (s->prev_word)
+    u = psm_concat (g, u, input);
   if (rows)
     u = psm_gather_rows (g, u, rows, n);
   if (s->hidden) {
     u = psm_linear (g, u, psm_param (g, p, s->w_u), psm_param (g, p, s->b_u));
-    if (!s->linear)
+    if (s->maxout)
+      u = psm_maxout (g, u, 2);
+    else if (!s->linear)
       u = psm_tanh (g, u);
   }
   return u;
@@ -83,10 +113,10 @@ pre_logits (Softmax *s, PsmGraph *g, PsmParams *p, PsmTensor *state, PsmTensor *
 
 /* The scores of those rows. */
 static PsmTensor *
-logits (Softmax *s, PsmGraph *g, PsmParams *p, PsmTensor *state, PsmTensor *context, const int32_t *rows, int n,
-        const PsmBatch *batch)
+logits (Softmax *s, PsmGraph *g, PsmParams *p, PsmTensor *state, PsmTensor *context, PsmTensor *input,
+        const int32_t *rows, int n, const PsmBatch *batch)
 {
-  PsmTensor *u = pre_logits (s, g, p, state, context, rows, n);
+  PsmTensor *u = pre_logits (s, g, p, state, context, input, rows, n);
   PsmTensor *w = psm_param (g, p, s->w_o), *b = psm_param (g, p, s->b_o);
   if (batch->n_cand > 0) {
     w = s->tied ? psm_gather_rows (g, w, batch->cand, batch->n_cand) : psm_gather_cols (g, w, batch->cand, batch->n_cand);
@@ -125,9 +155,9 @@ sm_loss (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const Ps
   }
   Softmax *s = self;
   if (s->tied || batch->n_cand > 0)
-    return psm_cross_entropy (g, logits (s, g, p, out->state, out->context, rows, n, batch), t, w);
+    return psm_cross_entropy (g, logits (s, g, p, out->state, out->context, out->input, rows, n, batch), t, w);
   /* -(1/W) sum_r w_r log p(t_r), the output layer and the pick one op */
-  PsmTensor *lp = psm_linear_pick_log_softmax (g, pre_logits (s, g, p, out->state, out->context, rows, n),
+  PsmTensor *lp = psm_linear_pick_log_softmax (g, pre_logits (s, g, p, out->state, out->context, out->input, rows, n),
                                                psm_param (g, p, s->w_o), psm_param (g, p, s->b_o), t);
   int32_t *col0 = psm_arena_alloc (psm_graph_arena (g), (size_t) MAX (n, 1) * sizeof (int32_t));
   for (int r = 0; r < n; r++)
@@ -143,7 +173,8 @@ sm_scores (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const 
 {
   Softmax *s = self;
   PsmTensor *l = logits (s, g, p, psm_tensor_step (g, out->state, 0),
-                         s->with_context ? psm_tensor_step (g, out->context, 0) : NULL, NULL, 0, batch);
+                         s->with_context ? psm_tensor_step (g, out->context, 0) : NULL,
+                         s->prev_word ? psm_tensor_step (g, out->input, 0) : NULL, NULL, 0, batch);
   return psm_log_softmax (g, l);
 }
 
@@ -162,7 +193,7 @@ sm_token_logp (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, co
   int n = psm_nonzero_rows (g, batch->tgt_mask, R, &rows);
   if (rows)   /* the real rows only */
     t = psm_gather_elems (g, t, sizeof *t, rows, n);
-  PsmTensor *lp = psm_pick_log_softmax (g, logits (self, g, p, out->state, out->context, rows, n, batch), t);
+  PsmTensor *lp = psm_pick_log_softmax (g, logits (self, g, p, out->state, out->context, out->input, rows, n, batch), t);
   for (int i = 0; i < n; i++) {
     int r = rows ? rows[i] : i;
     if (batch->tgt_mask[r] != 0.0f)
