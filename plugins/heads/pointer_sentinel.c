@@ -93,8 +93,19 @@ parts (Sentinel *s, PsmGraph *g, PsmParams *p, const PsmDecOut *out, const PsmBa
 {
   PsmTensor *h = out->state;
   int T = h->shape[0], B = h->shape[1];
-  *lgen = s->tied ? psm_pick_log_softmax (g, vocab_logits (s, g, p, h), batch->tgt)
-                  : psm_linear_pick_log_softmax (g, h, psm_param (g, p, s->w_o), psm_param (g, p, s->b_o), batch->tgt);
+  /* the vocabulary's log-probability on the scored rows only: with
+   * task.stride < bptt (k1 < k2) most of a segment is context, not target */
+  const int32_t *rows, *tgt = batch->tgt;
+  int n = psm_nonzero_rows (g, batch->tgt_mask, T * B, &rows);
+  PsmTensor *hv = h;
+  if (rows) {
+    hv = psm_gather_rows (g, h, rows, n);
+    tgt = psm_gather_elems (g, tgt, sizeof *tgt, rows, n);
+  }
+  *lgen = s->tied ? psm_pick_log_softmax (g, vocab_logits (s, g, p, hv), tgt)
+                  : psm_linear_pick_log_softmax (g, hv, psm_param (g, p, s->w_o), psm_param (g, p, s->b_o), tgt);
+  if (rows)
+    *lgen = psm_scatter_rows (g, *lgen, rows, T * B);
   PsmTensor *q = psm_tanh (g, psm_linear (g, h, psm_param (g, p, s->w_q), psm_param (g, p, s->b_q)));
   *wid = psm_window_ids (g, T, B, s->L, batch->src, batch->src_mask, out->past_ids, out->P);
   *z = psm_window_scores (g, q, h, out->past, psm_param (g, p, s->s), *wid, s->L);
