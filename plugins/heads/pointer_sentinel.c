@@ -15,10 +15,12 @@
  * the mixed distribution; the pointer loss is the mixture's op with
  * p_vocab(y) taken as 1. Both are means over target tokens, so the
  * training loss printed is their sum (perplexities come from -log p(y)
- * alone). The window's oldest states come from earlier
- * segments without gradient (truncated backpropagation through time; the
- * paper's k1 = 1, k2 = L regime is not this). The word at position i is
- * the input word w_i whose reading produced h_i. */
+ * alone). With side-by-side segments the window's oldest states come from
+ * earlier segments without gradient (truncated backpropagation through
+ * time); with the task's stride = 1 and bptt = L (the paper's k1 = 1,
+ * k2 = L) the one scored position's window lies within its segment, and
+ * only that row's vocabulary is computed. The word at position i is the
+ * input word w_i whose reading produced h_i. */
 #include <math.h>
 #include <string.h>
 #include <psm/psm.h>
