@@ -124,8 +124,9 @@ ps_create (const PsmSection *cfg, const PsmBuildCtx *ctx, GError **error)
   s->maxout = s->seq2seq && strcmp (psm_section_string (cfg, "activation"), "maxout") == 0;
   s->prev_word = s->seq2seq && psm_section_bool (cfg, "prev_word");
   int in_w = s->seq2seq ? ctx->state_dim + ctx->context_dim + (s->prev_word ? ctx->emb_dim : 0) : s->Hs;
-  s->w_w = psm_build_matrix (ctx, "shortlist.w", in_w, s->hidden * (s->maxout ? 2 : 1), PSM_INIT_XAVIER, 0);
-  s->b_w = psm_build_vector (ctx, "shortlist.b", s->hidden * (s->maxout ? 2 : 1), PSM_INIT_ZEROS, 0);
+  int pieces = s->hidden * (s->maxout ? 2 : 1);   /* the layer's outputs before pooling */
+  s->w_w = psm_build_matrix (ctx, "shortlist.w", in_w, pieces, PSM_INIT_XAVIER, 0);
+  s->b_w = psm_build_vector (ctx, "shortlist.b", pieces, PSM_INIT_ZEROS, 0);
   s->u_w = psm_build_matrix (ctx, "shortlist.out_w", s->hidden, s->V, PSM_INIT_XAVIER, 0);
   s->b_U = psm_build_vector (ctx, "shortlist.out_b", s->V, PSM_INIT_ZEROS, 0);
   if (s->seq2seq) {

@@ -62,10 +62,10 @@ sm_create (const PsmSection *cfg, const PsmBuildCtx *ctx, GError **error)
   }
   if (s->prev_word)
     s->H += ctx->emb_dim;
-  int in = s->H;
+  int in = s->H, pieces = s->hidden * (s->maxout ? 2 : 1);   /* the layer's outputs before pooling */
   if (s->hidden) {
-    s->w_u = psm_build_matrix (ctx, "w_u", s->H, s->hidden * (s->maxout ? 2 : 1), PSM_INIT_XAVIER, 0);
-    s->b_u = psm_build_vector (ctx, "b_u", s->hidden * (s->maxout ? 2 : 1), PSM_INIT_ZEROS, 0);
+    s->w_u = psm_build_matrix (ctx, "w_u", s->H, pieces, PSM_INIT_XAVIER, 0);
+    s->b_u = psm_build_vector (ctx, "b_u", pieces, PSM_INIT_ZEROS, 0);
     in = s->hidden;
   }
   s->tied = psm_section_bool (cfg, "tie_embedding");
