@@ -781,7 +781,7 @@ gboolean
 psm_model_train_batch (PsmModel *m, int B, PsmRng *rng, GError **error)
 {
   m->train_rng = NULL;
-  if (!m->tk->train_batch (m->task, B, rng, &m->batch, error) ||
+  if (!psm_task_train_batch (m->tk, m->task, B, rng, &m->batch, error) ||
       !psm_batch_validate (&m->batch, &m->info, B, m->task_name, error))
     return FALSE;
   /* Dropout and zoneout draw from a stream of their own, seeded once a
@@ -1864,7 +1864,7 @@ psm_model_evaluate (PsmModel *m, PsmSplit split, const PsmEvalOptions *opt, PsmE
       continue;
     int B = m->streams ? EB : (int) MIN ((long) EB, n - start);
     if (order ? !batch_of (m->task, split, order + start, B, &m->batch, error)
-              : !m->tk->eval_batch (m->task, split, (int) start, B, &m->batch, error)) {
+              : !psm_task_eval_batch (m->tk, m->task, split, (int) start, B, &m->batch, error)) {
       ok = FALSE;
       break;
     }

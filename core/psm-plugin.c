@@ -54,7 +54,7 @@ static const Hook head_hooks[] = {
 };
 static const Hook task_hooks[] = {
   HOOK (PsmTaskClass, create), HOOK (PsmTaskClass, destroy), HOOK (PsmTaskClass, info),
-  HOOK (PsmTaskClass, train_batch), HOOK (PsmTaskClass, n_examples), HOOK (PsmTaskClass, eval_batch),
+  OPT (PsmTaskClass, train_batch), HOOK (PsmTaskClass, n_examples), OPT (PsmTaskClass, eval_batch),
   HOOK (PsmTaskClass, token_text), OPT (PsmTaskClass, save), OPT (PsmTaskClass, text_batch),
   OPT (PsmTaskClass, example_text), OPT (PsmTaskClass, train_cursor), OPT (PsmTaskClass, train_seek),
   OPT (PsmTaskClass, source_length), OPT (PsmTaskClass, eval_batch_of), { 0, NULL, FALSE }
@@ -102,6 +102,15 @@ check_class (const char *path, const PsmPluginDesc *d, GError **error)
                    "%s: %s plugin '%s': required class field '%s' is NULL", path, kname, d->name, h->name);
       return FALSE;
     }
+  /* a task without train_batch or eval_batch has them made from eval_batch_of (ABI 1.20) */
+  if (d->kind == PSM_KIND_TASK && !hook_set (d->klass, offsetof (PsmTaskClass, eval_batch_of)))
+    for (int i = 0; i < 2; i++)
+      if (!hook_set (d->klass, i ? offsetof (PsmTaskClass, eval_batch) : offsetof (PsmTaskClass, train_batch))) {
+        g_set_error (error, PSM_PLUGIN_ERROR, PSM_PLUGIN_ERROR_CLASS,
+                     "%s: task plugin '%s': class fields '%s' and 'eval_batch_of' are both NULL (one is required)",
+                     path, d->name, i ? "eval_batch" : "train_batch");
+        return FALSE;
+      }
   if (d->kind == PSM_KIND_METRIC && !hook_set (d->klass, offsetof (PsmMetricClass, add)) &&
       !hook_set (d->klass, offsetof (PsmMetricClass, add_loss)) &&
       !PSM_CLASS_HOOK ((const PsmMetricClass *) d->klass, add_text)) {

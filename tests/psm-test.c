@@ -236,7 +236,7 @@ psm_test_task_batch_of (const PsmTaskClass *k, void *t, PsmSplit split)
   ck_assert_int_eq (all.B, n);
   for (int i = 0; i < n; i++) {
     int ex = rev[i];
-    ck_assert_msg (k->eval_batch (t, split, ex, 1, &one, &e), "%s", e ? e->message : "");
+    ck_assert_msg (psm_task_eval_batch (k, t, split, ex, 1, &one, &e), "%s", e ? e->message : "");
     ck_assert_int_eq (MAX (len (t, split, ex), 1), one.T);
     ck_assert_int_eq (all.example_id[i], ex);
     for (int s = 0; s < all.T; s++) {

@@ -749,6 +749,81 @@ END_TEST
 /* Vocabularies: most frequent first (ties in byte order), words already
  * held skipped, a size limit; vocab.txt written and read back; a bad file
  * refused naming file and line, the vocabulary left as it was. */
+/* The examples store: the three ways a source word gets its extended id,
+ * sentence numbers kept from the first non-zero one, targets with a final
+ * eos behind a bos, texts, and indices outside the store refused. */
+START_TEST (test_examples)
+{
+  PsmVocab *sv = psm_vocab_new (), *tv = psm_vocab_new ();
+  const char *sw[] = { "<pad>", "<unk>", "<s>", "</s>", "a", "b", "zz", NULL };   /* Vs = 6: zz outside */
+  const char *tw[] = { "<pad>", "<unk>", "<s>", "</s>", "b", "q", NULL };         /* Vt = 5: q outside */
+  for (const char **w = sw; *w; w++)
+    psm_vocab_add (sv, *w);
+  for (const char **w = tw; *w; w++)
+    psm_vocab_add (tv, *w);
+  const PsmExampleWords words = { sv, tv, 6, 5, 6, 1, 2, 3 };
+  for (int mode = 0; mode < 3; mode++) {
+    PsmExamplesSourceExt ext = mode == 0 ? PSM_EXAMPLES_SHARED_TABLE : mode == 1 ? PSM_EXAMPLES_MAPPED
+                                                                                 : PSM_EXAMPLES_OWN_IDS;
+    PsmExamples *x = psm_examples_new (ext);
+    ck_assert_int_eq (psm_examples_n (x), 0);
+    ck_assert_int_eq (psm_examples_begin (x, "a b zz", "b q"), 0);
+    psm_examples_add_source (x, 4, -1, 0);   /* a: no target id */
+    psm_examples_add_source (x, 5, 4, 0);    /* b: target id 4 */
+    psm_examples_add_source (x, 6, -1, 1);   /* zz, second sentence */
+    psm_examples_add_target (x, 4, 1.0f, -1);
+    psm_examples_add_target (x, 5, 0.0f, 2);   /* q, pointed at position 2 */
+    ck_assert_int_eq (psm_examples_begin (x, NULL, NULL), 1);
+    psm_examples_add_source (x, 4, -1, 0);
+    ck_assert_int_eq (psm_examples_n (x), 2);
+    ck_assert_int_eq (psm_examples_source_length (x, 0), 3);
+    ck_assert_int_eq (psm_examples_source_length (x, 1), 1);
+    ck_assert_str_eq (psm_examples_reference_text (x, 0), "b q");
+    ck_assert (psm_examples_source_text (x, 1) == NULL && psm_examples_source_text (x, 2) == NULL);
+    PsmBatch b;
+    psm_batch_init (&b);
+    int idx[2] = { 1, 0 };
+    ck_assert (psm_examples_fill (x, &words, idx, 2, &b, "t", NULL));
+    ck_assert_int_eq (b.B, 2);
+    ck_assert_int_eq (b.T, 3);
+    ck_assert_int_eq (b.Ty, 3);
+    ck_assert_int_eq (b.example_id[0], 1);
+    ck_assert_int_eq (PSM_AT (b.src, &b, 2, 1), 1);   /* zz: <unk> for the model */
+    ck_assert_int_eq (PSM_AT (b.src_seg, &b, 2, 1), 1);
+    ck_assert_int_eq (PSM_AT (b.src_seg, &b, 1, 1), 0);
+    ck_assert (PSM_AT (b.src_mask, &b, 1, 0) == 0.0f && PSM_AT (b.src_mask, &b, 0, 0) == 1.0f);
+    int32_t b_ext = PSM_AT (b.src_ext, &b, 1, 1), a_ext = PSM_AT (b.src_ext, &b, 0, 1);
+    /* b (source id 5): its given target id 4 only where mapped; 5 is not below Vt = 5, so
+     * the shared table gives it a batch id, as the own-ids store does every word */
+    if (ext == PSM_EXAMPLES_MAPPED)
+      ck_assert_int_eq (b_ext, 4);
+    else
+      ck_assert_int_ge (b_ext, 6);
+    ck_assert_int_eq (a_ext, ext == PSM_EXAMPLES_SHARED_TABLE ? 4 : PSM_AT (b.src_ext, &b, 0, 0));
+    ck_assert_int_eq (PSM_AT (b.dec_in, &b, 0, 1), 2);
+    ck_assert_int_eq (PSM_AT (b.dec_in, &b, 1, 1), 4);
+    ck_assert_int_eq (PSM_AT (b.tgt, &b, 1, 1), 1);   /* q: <unk> for the model ... */
+    ck_assert_str_eq (psm_batch_oov_word (&b, PSM_AT (b.tgt_ext, &b, 1, 1)), "q");   /* ... itself outside */
+    ck_assert_int_eq (PSM_AT (b.tgt_loc, &b, 1, 1), 2);
+    ck_assert (PSM_AT (b.tgt_switch, &b, 1, 1) == 0.0f && PSM_AT (b.tgt_switch, &b, 2, 1) == 1.0f);
+    ck_assert_int_eq (PSM_AT (b.tgt, &b, 2, 1), 3);   /* eos */
+    ck_assert_int_eq (PSM_AT (b.tgt, &b, 0, 0), 3);   /* the empty target: eos alone */
+    ck_assert (PSM_AT (b.tgt_mask, &b, 1, 0) == 0.0f);
+    GError *e = NULL;
+    idx[1] = 2;
+    ck_assert (!psm_examples_fill (x, &words, idx, 2, &b, "t", &e));
+    ck_assert_str_eq (e->message, "t: example 2 of a split of 2 asked for");
+    g_clear_error (&e);
+    ck_assert (!psm_examples_fill (NULL, &words, idx, 1, &b, "t", &e));   /* no store: an empty split */
+    g_clear_error (&e);
+    psm_batch_clear (&b);
+    psm_examples_free (x);
+  }
+  psm_vocab_free (sv);
+  psm_vocab_free (tv);
+}
+END_TEST
+
 START_TEST (test_vocab)
 {
   PsmVocab *v = psm_vocab_new ();
@@ -905,6 +980,7 @@ main (void)
   tcase_add_test (tc, test_checkpoint_checks);
   tcase_add_test (tc, test_params_deferred);
   tcase_add_test (tc, test_vocab);
+  tcase_add_test (tc, test_examples);
   tcase_add_test (tc, test_batch_sort);
   suite_add_tcase (s, tc);
   return psm_test_run (s);

@@ -80,6 +80,8 @@ END_TEST
 START_TEST (test_null_hook)
 {
   expect_error ("psm-head-nullhook.so", PSM_PLUGIN_ERROR_CLASS, "head plugin 'nullhook': required class field 'scores' is NULL");
+  expect_error ("psm-task-nobatch.so", PSM_PLUGIN_ERROR_CLASS,
+                "task plugin 'nobatch': class fields 'train_batch' and 'eval_batch_of' are both NULL (one is required)");
 }
 END_TEST
 

@@ -64,7 +64,7 @@ START_TEST (test_records_and_vocab)
   /* specials, then by count, ties by the word */
   PsmBatch b;
   psm_batch_init (&b);
-  ck_assert (k->eval_batch (t, PSM_SPLIT_TRAIN, 0, 3, &b, NULL));
+  ck_assert (psm_task_eval_batch (k, t, PSM_SPLIT_TRAIN, 0, 3, &b, NULL));
   ck_assert_str_eq (k->token_text (t, &b, 0, 0), "<pad>");
   ck_assert_str_eq (k->token_text (t, &b, 0, 3), "</s>");
   ck_assert_str_eq (k->token_text (t, &b, 0, 4), ".");     /* 7 times */
@@ -106,7 +106,7 @@ START_TEST (test_records_and_vocab)
   void *t2 = make_task (&k, cfg, psm_test_dir (), NULL);
   PsmBatch b2;
   psm_batch_init (&b2);
-  ck_assert (k->eval_batch (t2, PSM_SPLIT_TRAIN, 0, 3, &b2, NULL));
+  ck_assert (psm_task_eval_batch (k, t2, PSM_SPLIT_TRAIN, 0, 3, &b2, NULL));
   ck_assert (memcmp (b.src_ext, b2.src_ext, sizeof (int32_t) * b.T * b.B) == 0);
   /* eval-only in the run folder: the training split is not read (here it
    * has no valid record), the vocabulary and the test examples are the same */
@@ -117,11 +117,11 @@ START_TEST (test_records_and_vocab)
   ck_assert_msg (t3, "%s", e ? e->message : "");
   ck_assert_int_eq (k->n_examples (t3, PSM_SPLIT_TRAIN), 0);
   ck_assert_int_eq (k->n_examples (t3, PSM_SPLIT_TEST), 3);
-  ck_assert (k->eval_batch (t3, PSM_SPLIT_TEST, 0, 3, &b2, NULL));
+  ck_assert (psm_task_eval_batch (k, t3, PSM_SPLIT_TEST, 0, 3, &b2, NULL));
   ck_assert (memcmp (b.src_ext, b2.src_ext, sizeof (int32_t) * b.T * b.B) == 0);
   PsmRng rng;
   psm_rng_seed (&rng, 1);
-  ck_assert (!k->train_batch (t3, 2, &rng, &b2, &e));
+  ck_assert (!psm_task_train_batch (k, t3, 2, &rng, &b2, &e));
   ck_assert_msg (strstr (e->message, "no training examples"), "%s", e->message);
   g_clear_error (&e);
   k->destroy (t3);
@@ -161,7 +161,7 @@ START_TEST (test_records_and_vocab)
   void *t4 = make_task_mode (&k, cfg, NULL, EVAL_ONLY, &e);
   ck_assert_msg (t4, "%s", e ? e->message : "");
   ck_assert_int_eq (k->n_examples (t4, PSM_SPLIT_TRAIN), 0);
-  ck_assert (k->eval_batch (t4, PSM_SPLIT_TEST, 0, 3, &b2, NULL));
+  ck_assert (psm_task_eval_batch (k, t4, PSM_SPLIT_TEST, 0, 3, &b2, NULL));
   ck_assert (memcmp (b.src_ext, b2.src_ext, sizeof (int32_t) * b.T * b.B) == 0);
   k->destroy (t4);
   /* a run folder whose vocabulary has another size is refused */

@@ -68,7 +68,7 @@ START_TEST (test_unk_pointers)
   ck_assert_int_eq (info.ext_base, 11);
   PsmBatch b;
   psm_batch_init (&b);
-  ck_assert (k->eval_batch (t, PSM_SPLIT_TRAIN, 0, 4, &b, NULL));
+  ck_assert (psm_task_eval_batch (k, t, PSM_SPLIT_TRAIN, 0, 4, &b, NULL));
   ck_assert_int_eq (b.T, 6);
   ck_assert_int_eq (b.Ty, 4);
   static const int loc[4][4] = { { -1, -1, 2, -1 }, { -1, -1, -1, -1 }, { -1, 1, 2, -1 }, { -1, 1, -1, -1 } };
@@ -125,7 +125,7 @@ START_TEST (test_unk_pointers)
   ck_assert_int_eq (k->n_examples (t, PSM_SPLIT_TEST), 4);
   PsmRng rng;
   psm_rng_seed (&rng, 1);
-  ck_assert (!k->train_batch (t, 2, &rng, &b, &e));
+  ck_assert (!psm_task_train_batch (k, t, 2, &rng, &b, &e));
   ck_assert_msg (strstr (e->message, "no training examples"), "%s", e->message);
   g_clear_error (&e);
   k->destroy (t);
@@ -174,7 +174,7 @@ START_TEST (test_unk_pointers)
   k->destroy (t);
   /* pointers = none: no pointer targets */
   t = make_task (&k, files, "min_count = 2; style = \"none\"; pointers = \"none\";", NULL, &e);
-  ck_assert (k->eval_batch (t, PSM_SPLIT_TRAIN, 0, 4, &b, NULL));
+  ck_assert (psm_task_eval_batch (k, t, PSM_SPLIT_TRAIN, 0, 4, &b, NULL));
   for (int r = 0; r < b.Ty * b.B; r++)
     ck_assert (b.tgt_switch[r] == 1.0f && b.tgt_loc[r] == -1);
   k->destroy (t);
@@ -223,7 +223,7 @@ START_TEST (test_lvt)
   PsmRng rng;
   psm_rng_seed (&rng, 3);
   for (int rep = 0; rep < 8; rep++) {
-    ck_assert (k->train_batch (t, 1, &rng, &b, &e));
+    ck_assert (psm_task_train_batch (k, t, 1, &rng, &b, &e));
     ck_assert (b.n_cand >= 8 && b.n_cand < 12);
     for (int j = 0; j < b.n_cand; j++)
       ck_assert (j == 0 || b.cand[j] > b.cand[j - 1]);
@@ -238,7 +238,7 @@ START_TEST (test_lvt)
   /* evaluation batches: candidates without the reference's words, a title
    * word outside them <unk> for the head (man sees city . -> man sees qux:
    * <pad> <unk> <s> </s> police arrest man sees) */
-  ck_assert (k->eval_batch (t, PSM_SPLIT_VALID, 3, 1, &b, NULL));
+  ck_assert (psm_task_eval_batch (k, t, PSM_SPLIT_VALID, 3, 1, &b, NULL));
   static const int32_t want[8] = { 0, 1, 2, 3, 4, 5, 6, 10 };
   ck_assert_int_eq (b.n_cand, 8);
   for (int j = 0; j < 8; j++)
@@ -274,7 +274,7 @@ START_TEST (test_entities)
   ck_assert_str_eq (r, "@entity1 and @entity3 in @entity2");
   PsmBatch b;
   psm_batch_init (&b);
-  ck_assert (k->eval_batch (t, PSM_SPLIT_TEST, 0, 2, &b, NULL));
+  ck_assert (psm_task_eval_batch (k, t, PSM_SPLIT_TEST, 0, 2, &b, NULL));
   static const int loc[2][6] = { { 1, -1, 3, -1, -1, -1 }, { 0, -1, -1, -1, 2, -1 } };
   for (int i = 0; i < 2; i++)
     for (int st = 0; st < (i ? 6 : 4); st++) {

@@ -64,7 +64,7 @@ START_TEST (test_vocab_and_streams)
   psm_rng_seed (&rng, 1);
   const char *words[13] = { "a", "b", "c", "b", "<unk>", "<eos>", "<eos>", "b", "a", "c", "b", "a", "<eos>" };
   for (int seg = 0; seg < 5; seg++) {
-    ck_assert (k->train_batch (t, 2, &rng, &b, NULL));
+    ck_assert (psm_task_train_batch (k, t, 2, &rng, &b, NULL));
     int s = seg % 2, T = s ? 2 : 3;   /* two segments an epoch, then again from the start */
     ck_assert_int_eq (b.B, 2);
     ck_assert_int_eq (b.T, T);
@@ -85,7 +85,7 @@ START_TEST (test_vocab_and_streams)
   for (int B = 1; B <= 6; B++) {
     int seen[6] = { 0 }, n = 0;
     for (int seg = 0;; seg++) {
-      ck_assert (k->eval_batch (t, PSM_SPLIT_VALID, seg, B, &b, NULL));
+      ck_assert (psm_task_eval_batch (k, t, PSM_SPLIT_VALID, seg, B, &b, NULL));
       if (b.T == 0)
         break;
       for (int r = 0; r < B; r++) {
@@ -141,7 +141,7 @@ START_TEST (test_stride)
     for (int epoch = 0; epoch < 2; epoch++) {
       int scored[2][5] = { { 0 } };
       for (int j = 0; j < per_epoch; j++) {
-        ck_assert (k->train_batch (t, 2, &rng, &b, NULL));
+        ck_assert (psm_task_train_batch (k, t, 2, &rng, &b, NULL));
         int off = j * stride, T = MIN (3, 5 - off);
         ck_assert_int_eq (b.T, T);
         ck_assert_int_eq (b.advance, stride < T ? stride : 0);
@@ -181,7 +181,7 @@ START_TEST (test_stride)
   for (int j = 0; j < 3; j++) {
     /* t1 walks on; t2 seeks to where t1 stands; both give the same batch */
     ck_assert (k->train_seek (t2, 2, k->train_cursor (t1), &e));
-    ck_assert (k->train_batch (t1, 2, &rng, &b1, NULL) && k->train_batch (t2, 2, &rng, &b2, NULL));
+    ck_assert (psm_task_train_batch (k, t1, 2, &rng, &b1, NULL) && psm_task_train_batch (k, t2, 2, &rng, &b2, NULL));
     ck_assert_int_eq (k->train_cursor (t1), j == 2 ? 1 : j + 1);   /* 2 segments an epoch, then again */
     ck_assert (b1.T == b2.T && b1.advance == b2.advance && b1.keep[0] == b2.keep[0]);
     ck_assert (memcmp (b1.src, b2.src, (size_t) b1.T * 2 * sizeof (int32_t)) == 0);
@@ -231,7 +231,7 @@ next_loss (PsmModel *m, int B, PsmBatch *b)
   void *task = psm_model_task (m, &k);
   PsmRng rng;
   psm_rng_seed (&rng, 1);
-  ck_assert (k->train_batch (task, B, &rng, b, NULL));
+  ck_assert (psm_task_train_batch (k, task, B, &rng, b, NULL));
   PsmGraph *g = psm_graph_new ();
   psm_graph_set_grad (g, FALSE);
   double v = psm_model_loss (m, g, b)->data[0];

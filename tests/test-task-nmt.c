@@ -69,7 +69,7 @@ START_TEST (test_rules)
   psm_batch_init (&b);
   ck_assert_int_eq (k->n_examples (t, PSM_SPLIT_TRAIN), 4);
   psm_test_task_batch_of (k, t, PSM_SPLIT_TRAIN);
-  ck_assert (k->eval_batch (t, PSM_SPLIT_TRAIN, 0, 4, &b, NULL));
+  ck_assert (psm_task_eval_batch (k, t, PSM_SPLIT_TRAIN, 0, 4, &b, NULL));
   ck_assert_msg (psm_batch_validate (&b, &info, 4, "nmt", &e), "%s", e ? e->message : "");
   ck_assert_int_eq (b.T, 4);
   ck_assert_int_eq (b.Ty, 5);   /* 4 words and </s> */
@@ -123,7 +123,7 @@ START_TEST (test_rules)
   g_free (v2);
   /* without the argmax rule those words are <unk> in the shortlist */
   t = make_task (&k, "argmax_rule = false;", NULL, &e);
-  ck_assert (k->eval_batch (t, PSM_SPLIT_TRAIN, 2, 2, &b, NULL));
+  ck_assert (psm_task_eval_batch (k, t, PSM_SPLIT_TRAIN, 2, 2, &b, NULL));
   ck_assert (PSM_AT (b.tgt_switch, &b, 2, 0) == 1.0f && PSM_AT (b.tgt_loc, &b, 2, 0) == -1);
   ck_assert (PSM_AT (b.tgt, &b, 2, 0) == 1);
   ck_assert (PSM_AT (b.tgt_switch, &b, 3, 0) == 0.0f && PSM_AT (b.tgt_loc, &b, 3, 0) == 3);   /* paris still shared */
@@ -131,7 +131,7 @@ START_TEST (test_rules)
   /* translate: a pointed source word comes out as its first translation */
   t = make_task (&k, "translate = true;", NULL, &e);
   ck_assert_msg (t, "%s", e ? e->message : "");
-  ck_assert (k->eval_batch (t, PSM_SPLIT_TRAIN, 2, 2, &b, NULL));
+  ck_assert (psm_task_eval_batch (k, t, PSM_SPLIT_TRAIN, 2, 2, &b, NULL));
   ck_assert_str_eq (text (k, t, &b, 0, PSM_AT (b.src_ext, &b, 1, 0)), "chien");
   ck_assert_str_eq (text (k, t, &b, 0, PSM_AT (b.src_ext, &b, 3, 0)), "Paris");   /* not in the lexicon */
   k->destroy (t);
@@ -178,7 +178,7 @@ START_TEST (test_input)
   ck_assert_int_eq (k->n_examples (t, PSM_SPLIT_VALID), 3);   /* kept, cut at max_len for the model */
   PsmBatch b;
   psm_batch_init (&b);
-  ck_assert (k->eval_batch (t, PSM_SPLIT_VALID, 1, 1, &b, NULL));
+  ck_assert (psm_task_eval_batch (k, t, PSM_SPLIT_VALID, 1, 1, &b, NULL));
   ck_assert_int_eq (b.T, 4);
   const char *s, *r;
   k->example_text (t, PSM_SPLIT_VALID, 1, &s, &r);

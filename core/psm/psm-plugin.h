@@ -64,9 +64,14 @@ G_BEGIN_DECLS
  * psm_vocab_truncate and PSM_MAX_WORD_BYTES (raw text decoded by serve or
  * --input leaves a task's word table as it was, and a word longer than the
  * bound reads as <unk>: issue 58). 1.19: psm_maxout (the maxout deep output
- * layer of Gulcehre et al. eq. 3 in the softmax and pointer_softmax heads). */
+ * layer of Gulcehre et al. eq. 3 in the softmax and pointer_softmax heads).
+ * 1.20: psm-examples.h (the examples store the sequence-to-sequence tasks
+ * fill, and its batches); PsmTaskClass.train_batch and eval_batch optional
+ * for a task with eval_batch_of, psm_task_train_batch and
+ * psm_task_eval_batch (issue 60: the three tasks had one batch filler
+ * copied three times). */
 #define PSM_ABI_MAJOR 1
-#define PSM_ABI_MINOR 19
+#define PSM_ABI_MINOR 20
 #define PSM_PLUGIN_ENTRY_SYMBOL "psm_plugin_entry"
 
 typedef enum {

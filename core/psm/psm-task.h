@@ -36,10 +36,15 @@ typedef struct {
   void *(*create) (const PsmSection *cfg, const PsmTaskCtx *ctx, GError **error);
   void (*destroy) (void *self);
   void (*info) (void *self, PsmTaskInfo *info);
-  /* Next training batch of B examples (rng: the run's stream). */
+  /* Next training batch of B examples (rng: the run's stream). Optional
+   * since ABI 1.20 for a task with eval_batch_of: NULL draws B examples
+   * with psm_rng_below (rng, n_examples (PSM_SPLIT_TRAIN)) and asks
+   * eval_batch_of (PSM_SPLIT_TRAIN, ...) for them (psm_task_train_batch). */
   gboolean (*train_batch) (void *self, int B, PsmRng *rng, PsmBatch *out, GError **error);
   int (*n_examples) (void *self, PsmSplit split);
-  /* Examples [start, start + B) of a fixed split (B may be cut at the end). */
+  /* Examples [start, start + B) of a fixed split (B may be cut at the end).
+   * Optional since ABI 1.20 for a task with eval_batch_of, which NULL asks
+   * for those examples (psm_task_eval_batch). */
   gboolean (*eval_batch) (void *self, PsmSplit split, int start, int B, PsmBatch *out, GError **error);
   /* Text of word id (extended space) for example b of batch; owned by the
    * task or the batch. */
@@ -77,6 +82,14 @@ typedef struct {
   gboolean (*eval_batch_of) (void *self, PsmSplit split, const int *examples, int B, PsmBatch *out,
                              GError **error);
 } PsmTaskClass;
+
+/* ABI 1.20: a training batch and a batch of a fixed split from the task's
+ * own hook, or, where the task leaves it NULL, from eval_batch_of as the
+ * class comments say; what the core and the task tests call. */
+gboolean psm_task_train_batch (const PsmTaskClass *k, void *task, int B, PsmRng *rng, PsmBatch *out,
+                               GError **error);
+gboolean psm_task_eval_batch (const PsmTaskClass *k, void *task, PsmSplit split, int start, int B, PsmBatch *out,
+                              GError **error);
 
 /* ABI 1.7: the lines of a text file (NULL-ended; g_strfreev), or of
  * standard input for "-"; a final newline makes no extra line. Errors name

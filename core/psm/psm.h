@@ -16,5 +16,6 @@
 #include "psm-metric.h"
 #include "psm-checkpoint.h"
 #include "psm-vocab.h"
+#include "psm-examples.h"
 #include <stdio.h>
 #endif

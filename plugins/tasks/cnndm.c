@@ -31,12 +31,6 @@ enum { PAD, UNK, BOS, EOS };
 static const char *const special[N_SPECIAL + 1] = { "<pad>", "<unk>", "<s>", "</s>", NULL };
 
 typedef struct {
-  int n;
-  int32_t *src_off, *tgt_off;   /* [n + 1] offsets into ids */
-  GArray *ids;                  /* int32 global word ids */
-} Split;
-
-typedef struct {
   GPtrArray *article, *summary;   /* char * */
 } Texts;
 
@@ -44,8 +38,7 @@ typedef struct {
   int V, max_src, max_tgt;
   PsmVocab *words;              /* global ids; [0, V) is the vocabulary (with
                                    train counts), then every other word seen */
-  Split split[3];
-  Texts text[3];                /* whole texts of valid and test (metrics) */
+  PsmExamples *split[3];        /* (valid and test with their whole texts, for the metrics) */
   gboolean check;
 } Cnndm;
 
@@ -121,36 +114,38 @@ load_vocab (Cnndm *t, const char *path, GError **error)
   return TRUE;
 }
 
-/* The ids of text's first max words, added to the word table; raw (a
- * client's text): a word longer than PSM_MAX_WORD_BYTES is <unk>. */
-static void
-tokens_to_ids (Cnndm *t, const char *text, int max, gboolean raw, GArray *ids)
+/* Adds text's first max words to the word table and to the open example
+ * of x (source or target side); raw (a client's text): a word longer than
+ * PSM_MAX_WORD_BYTES is <unk>. Returns how many. */
+static int
+add_tokens (Cnndm *t, PsmExamples *x, const char *text, int max, gboolean target, gboolean raw)
 {
   char **tok = g_strsplit_set (text, " \t\n\r", -1);
   int n = 0;
   for (char **w = tok; *w && n < max; w++)
     if (**w) {
       int32_t id = raw && strlen (*w) > PSM_MAX_WORD_BYTES ? UNK : psm_vocab_add (t->words, *w);
-      g_array_append_val (ids, id);
+      if (target)
+        psm_examples_add_target (x, id, 1.0f, -1);
+      else
+        psm_examples_add_source (x, id, id, 0);
       n++;
     }
   g_strfreev (tok);
+  return n;
 }
 
-static void
-fill_split (Cnndm *t, Split *s, const Texts *x)
+/* The store of a split; with_text: the whole texts kept (for the metrics). */
+static PsmExamples *
+fill_split (Cnndm *t, const Texts *x, gboolean with_text)
 {
-  s->n = (int) x->article->len;
-  s->src_off = g_new (int32_t, s->n + 1);
-  s->tgt_off = g_new (int32_t, s->n + 1);
-  s->ids = g_array_new (FALSE, FALSE, sizeof (int32_t));
-  for (int i = 0; i < s->n; i++) {
-    s->src_off[i] = (int32_t) s->ids->len;
-    tokens_to_ids (t, x->article->pdata[i], t->max_src, FALSE, s->ids);
-    s->tgt_off[i] = (int32_t) s->ids->len;
-    tokens_to_ids (t, x->summary->pdata[i], t->max_tgt, FALSE, s->ids);
+  PsmExamples *s = psm_examples_new (PSM_EXAMPLES_SHARED_TABLE);
+  for (guint i = 0; i < x->article->len; i++) {
+    psm_examples_begin (s, with_text ? x->article->pdata[i] : NULL, with_text ? x->summary->pdata[i] : NULL);
+    add_tokens (t, s, x->article->pdata[i], t->max_src, FALSE, FALSE);
+    add_tokens (t, s, x->summary->pdata[i], t->max_tgt, TRUE, FALSE);
   }
-  s->src_off[s->n] = s->tgt_off[s->n] = (int32_t) s->ids->len;
+  return s;
 }
 
 static void cn_destroy (void *self);
@@ -209,12 +204,12 @@ cn_create (const PsmSection *cfg, const PsmTaskCtx *ctx, GError **error)
     t->V = MIN (t->V, psm_vocab_size (t->words));
   }
   g_free (vpath);
-  for (int k = eval_only ? 1 : 0; k < 3 && ok; k++)   /* eval_only: no training examples */
-    if (x[k].article)   /* (text_only: no split read) */
-      fill_split (t, &t->split[k], &x[k]);
-  texts_free (&x[0]);
-  for (int k = 1; k < 3; k++)
-    t->text[k] = x[k];   /* kept whole for the text metrics */
+  for (int k = 0; k < 3; k++) {
+    /* eval_only: no training examples; text_only: no split read */
+    if (ok && x[k].article && !(k == 0 && eval_only))
+      t->split[k] = fill_split (t, &x[k], k > 0);
+    texts_free (&x[k]);
+  }
   if (!ok) {
     cn_destroy (t);
     return NULL;
@@ -227,13 +222,7 @@ cn_destroy (void *self)
 {
   Cnndm *t = self;
   for (int k = 0; k < 3; k++)
-    texts_free (&t->text[k]);
-  for (int k = 0; k < 3; k++) {
-    g_free (t->split[k].src_off);
-    g_free (t->split[k].tgt_off);
-    if (t->split[k].ids)
-      g_array_unref (t->split[k].ids);
-  }
+    psm_examples_free (t->split[k]);
   psm_vocab_free (t->words);
   g_free (t);
 }
@@ -252,103 +241,24 @@ cn_info (void *self, PsmTaskInfo *info)
   info->unk_id = UNK;
 }
 
-/* Extended id of a global word id for this batch. */
-static int32_t
-ext_id (Cnndm *t, PsmBatch *b, int32_t gid)
-{
-  return gid < t->V ? gid : psm_batch_oov_id (b, psm_vocab_word (t->words, gid));
-}
-
-/* Fills b from examples idx[0..B) of split s (sources only when no_target). */
-static void
-fill_batch (Cnndm *t, const Split *s, const int *idx, int B, PsmBatch *b)
-{
-  int T = 1, Ty = 1;
-  for (int i = 0; i < B; i++) {
-    int e = idx[i];
-    T = MAX (T, s->tgt_off[e] - s->src_off[e]);
-    Ty = MAX (Ty, s->src_off[e + 1] - s->tgt_off[e] + 1);
-  }
-  psm_batch_reserve (b, B, T, Ty);
-  b->ext_base = t->V;
-  const int32_t *ids = (const int32_t *) s->ids->data;
-  for (int i = 0; i < B; i++) {
-    int e = idx[i];
-    b->example_id[i] = e;
-    int ns = s->tgt_off[e] - s->src_off[e], nt = s->src_off[e + 1] - s->tgt_off[e];
-    for (int k = 0; k < ns; k++) {
-      int32_t g = ids[s->src_off[e] + k];
-      PSM_AT (b->src, b, k, i) = g < t->V ? g : UNK;
-      PSM_AT (b->src_ext, b, k, i) = ext_id (t, b, g);
-      PSM_AT (b->src_mask, b, k, i) = 1.0f;
-    }
-    for (int k = 0; k <= nt; k++) {
-      int32_t g = k < nt ? ids[s->tgt_off[e] + k] : EOS;
-      PSM_AT (b->dec_in, b, k, i) = k == 0 ? BOS : PSM_AT (b->tgt, b, k - 1, i);
-      PSM_AT (b->tgt, b, k, i) = g < t->V ? g : UNK;
-      PSM_AT (b->tgt_ext, b, k, i) = ext_id (t, b, g);
-      PSM_AT (b->tgt_mask, b, k, i) = 1.0f;
-      PSM_AT (b->tgt_switch, b, k, i) = 1.0f;
-    }
-  }
-}
-
 static gboolean
-cn_train_batch (void *self, int B, PsmRng *rng, PsmBatch *out, GError **error)
+cn_eval_batch_of (void *self, PsmSplit split, const int *idx, int B, PsmBatch *out, GError **error)
 {
   Cnndm *t = self;
-  if (t->split[0].n == 0) {
-    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "cnndm: no training examples loaded (an eval-only run)");
-    return FALSE;
-  }
-  int *idx = g_new (int, B);
-  for (int i = 0; i < B; i++)
-    idx[i] = (int) psm_rng_below (rng, (guint32) t->split[0].n);
-  fill_batch (t, &t->split[0], idx, B, out);
-  g_free (idx);
-  return TRUE;
+  const PsmExampleWords w = { t->words, t->words, t->V, t->V, t->V, UNK, BOS, EOS };
+  return psm_examples_fill (t->split[split], &w, idx, B, out, "cnndm", error);
 }
 
 static int
 cn_n_examples (void *self, PsmSplit split)
 {
-  return ((Cnndm *) self)->split[split].n;
-}
-
-static gboolean
-cn_eval_batch_of (void *self, PsmSplit split, const int *idx, int B, PsmBatch *out, GError **error)
-{
-  Cnndm *t = self;
-  const Split *s = &t->split[split];
-  for (int i = 0; i < B; i++)
-    if (idx[i] < 0 || idx[i] >= s->n) {
-      g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "cnndm: example %d of a split of %d asked for",
-                   idx[i], s->n);
-      return FALSE;
-    }
-  fill_batch (t, s, idx, B, out);
-  return TRUE;
-}
-
-static gboolean
-cn_eval_batch (void *self, PsmSplit split, int start, int B, PsmBatch *out, GError **error)
-{
-  Cnndm *t = self;
-  const Split *s = &t->split[split];
-  B = MIN (B, s->n - start);
-  int *idx = g_new (int, MAX (B, 1));
-  for (int i = 0; i < B; i++)
-    idx[i] = start + i;
-  fill_batch (t, s, idx, B, out);
-  g_free (idx);
-  return TRUE;
+  return psm_examples_n (((Cnndm *) self)->split[split]);
 }
 
 static int
 cn_source_length (void *self, PsmSplit split, int i)
 {
-  const Split *s = &((Cnndm *) self)->split[split];
-  return s->tgt_off[i] - s->src_off[i];
+  return psm_examples_source_length (((Cnndm *) self)->split[split], i);
 }
 
 static const char *
@@ -376,32 +286,22 @@ cn_text_batch (void *self, const char *const *texts, int n, PsmBatch *out, GErro
 {
   Cnndm *t = self;
   int known = psm_vocab_size (t->words);   /* the words the text adds are taken out below */
-  Split s = { 0 };
-  s.n = n;
-  s.src_off = g_new (int32_t, n + 1);
-  s.tgt_off = g_new (int32_t, n + 1);
-  s.ids = g_array_new (FALSE, FALSE, sizeof (int32_t));
+  PsmExamples *x = psm_examples_new (PSM_EXAMPLES_SHARED_TABLE);
   int *idx = g_new (int, MAX (n, 1));
   for (int i = 0; i < n; i++) {
-    idx[i] = i;
+    idx[i] = psm_examples_begin (x, NULL, NULL);
     char *tok = psm_tokenize_ptb (texts[i]);
-    s.src_off[i] = (int32_t) s.ids->len;
-    tokens_to_ids (t, tok, t->max_src, TRUE, s.ids);
+    if (add_tokens (t, x, tok, t->max_src, FALSE, TRUE) == 0)
+      psm_examples_add_source (x, UNK, UNK, 0);   /* an empty line decodes from a single <unk> */
     g_free (tok);
-    if ((int32_t) s.ids->len == s.src_off[i]) {
-      int32_t pad = UNK;   /* an empty line decodes from a single <unk> */
-      g_array_append_val (s.ids, pad);
-    }
-    s.tgt_off[i] = (int32_t) s.ids->len;
   }
-  s.src_off[n] = s.tgt_off[n] = (int32_t) s.ids->len;
-  fill_batch (t, &s, idx, n, out);   /* the batch keeps its out-of-vocabulary words as strings */
+  const PsmExampleWords w = { t->words, t->words, t->V, t->V, t->V, UNK, BOS, EOS };
+  gboolean ok = psm_examples_fill (x, &w, idx, n, out, "cnndm", error);   /* the batch keeps its
+                                                                          out-of-vocabulary words as strings */
   psm_vocab_truncate (t->words, known);
+  psm_examples_free (x);
   g_free (idx);
-  g_free (s.src_off);
-  g_free (s.tgt_off);
-  g_array_unref (s.ids);
-  return TRUE;
+  return ok;
 }
 
 /* The whole article and reference of a validation or test example (the
@@ -409,16 +309,23 @@ cn_text_batch (void *self, const char *const *texts, int n, PsmBatch *out, GErro
 static void
 cn_example_text (void *self, PsmSplit split, int i, const char **source, const char **reference)
 {
-  Cnndm *t = self;
-  const Texts *x = &t->text[split];
-  gboolean have = split != PSM_SPLIT_TRAIN && x->article && i >= 0 && i < (int) x->article->len;
-  *source = have ? x->article->pdata[i] : NULL;
-  *reference = have ? x->summary->pdata[i] : NULL;
+  const PsmExamples *x = ((Cnndm *) self)->split[split];
+  *source = x ? psm_examples_source_text (x, i) : NULL;
+  *reference = x ? psm_examples_reference_text (x, i) : NULL;
 }
 
 static const PsmTaskClass klass = {
-  sizeof (PsmTaskClass), cn_create, cn_destroy, cn_info, cn_train_batch, cn_n_examples, cn_eval_batch,
-  cn_token_text, cn_save, cn_text_batch, cn_example_text, NULL, NULL, cn_source_length, cn_eval_batch_of
+  .size = sizeof (PsmTaskClass),
+  .create = cn_create,
+  .destroy = cn_destroy,
+  .info = cn_info,
+  .n_examples = cn_n_examples,
+  .token_text = cn_token_text,
+  .save = cn_save,
+  .text_batch = cn_text_batch,
+  .example_text = cn_example_text,
+  .source_length = cn_source_length,
+  .eval_batch_of = cn_eval_batch_of,
 };
 
 PSM_PLUGIN (PSM_KIND_TASK, "cnndm",

@@ -57,12 +57,8 @@ static const char *const special[N_SPECIAL + 1] = { "<pad>", "<unk>", "<s>", "</
 enum { P_UNK, P_ENTITY, P_NONE };
 
 typedef struct {
-  int n;
-  GArray *src_off, *tgt_off;    /* int, n + 1 offsets */
-  GArray *src, *tgt;            /* int32 global ids (source / target tables) */
-  GArray *src_tid;              /* int32: target-table id of each source word */
-  GArray *sw, *loc;             /* float switch (1 generate, 0 point), int32 position or -1 */
-  GPtrArray *src_text, *tgt_text;   /* the texts as the model sees them, before <unk> */
+  PsmExamples *x;               /* global ids of the source / target tables, each source word's target-table id,
+                                   pointer targets; the texts as the model sees them, before <unk> */
   long pointers;
 } Split;
 
@@ -322,27 +318,19 @@ load_vocab (PsmVocab *v, const char *dir, const char *name, int cap, const char 
 static void
 fill_split (Headline *t, Split *s, Pairs *p)
 {
-  s->n = (int) p->src->len;
-  s->src_off = g_array_new (FALSE, FALSE, sizeof (int));
-  s->tgt_off = g_array_new (FALSE, FALSE, sizeof (int));
-  s->src = g_array_new (FALSE, FALSE, sizeof (int32_t));
-  s->tgt = g_array_new (FALSE, FALSE, sizeof (int32_t));
-  s->src_tid = g_array_new (FALSE, FALSE, sizeof (int32_t));
-  s->sw = g_array_new (FALSE, FALSE, sizeof (float));
-  s->loc = g_array_new (FALSE, FALSE, sizeof (int32_t));
-  s->src_text = g_ptr_array_new_with_free_func (g_free);
-  s->tgt_text = g_ptr_array_new_with_free_func (g_free);
-  for (int e = 0; e < s->n; e++) {
+  s->x = psm_examples_new (PSM_EXAMPLES_MAPPED);
+  for (guint e = 0; e < p->src->len; e++) {
     GPtrArray *ws = p->src->pdata[e], *wt = p->tgt->pdata[e];
-    g_ptr_array_add (s->src_text, join (ws));
-    g_ptr_array_add (s->tgt_text, join (wt));
+    char *st = join (ws), *tt = join (wt);
+    psm_examples_begin (s->x, st, tt);
+    g_free (st);
+    g_free (tt);
     int ns = MIN ((int) ws->len, t->max_src), nt = MIN ((int) wt->len, t->max_tgt);
-    g_array_append_val (s->src_off, s->src->len);
-    g_array_append_val (s->tgt_off, s->tgt->len);
-    for (int i = 0; i < ns; i++) {
-      int32_t id = psm_vocab_add (t->sv, ws->pdata[i]), tid = psm_vocab_id (t->tv, ws->pdata[i]);
-      g_array_append_val (s->src, id);
-      g_array_append_val (s->src_tid, tid);
+    for (int i = 0, seg = 0; i < ns; i++) {
+      /* the sentence: the . ! or ? tokens before this one */
+      psm_examples_add_source (s->x, psm_vocab_add (t->sv, ws->pdata[i]), psm_vocab_id (t->tv, ws->pdata[i]),
+                               MIN (seg, t->sentences - 1));
+      seg += ends_sentence (ws->pdata[i]);
     }
     for (int i = 0; i < nt; i++) {
       const char *y = wt->pdata[i];
@@ -351,32 +339,19 @@ fill_split (Headline *t, Split *s, Pairs *p)
       for (int j = 0; want && j < ns && loc < 0; j++)
         if (strcmp (ws->pdata[j], y) == 0)
           loc = j;
-      float z = loc >= 0 ? 0.0f : 1.0f;
       s->pointers += loc >= 0;
-      g_array_append_val (s->tgt, id);
-      g_array_append_val (s->sw, z);
-      g_array_append_val (s->loc, loc);
+      psm_examples_add_target (s->x, id, loc >= 0 ? 0.0f : 1.0f, loc);
     }
   }
-  int end = (int) s->src->len, tend = (int) s->tgt->len;
-  g_array_append_val (s->src_off, end);
-  g_array_append_val (s->tgt_off, tend);
-}
-
-static void
-split_free (Split *s)
-{
-  GArray *a[7] = { s->src_off, s->tgt_off, s->src, s->tgt, s->src_tid, s->sw, s->loc };
-  for (int i = 0; i < 7; i++)
-    if (a[i])
-      g_array_unref (a[i]);
-  if (s->src_text)
-    g_ptr_array_unref (s->src_text);
-  if (s->tgt_text)
-    g_ptr_array_unref (s->tgt_text);
 }
 
 static void hl_destroy (void *self);
+
+static double
+pointer_rate (const Split *s)
+{
+  return 100.0 * s->pointers / MAX (psm_examples_n (s->x), 1);
+}
 
 static void *
 hl_create (const PsmSection *cfg, const PsmTaskCtx *ctx, GError **error)
@@ -444,8 +419,7 @@ hl_create (const PsmSection *cfg, const PsmTaskCtx *ctx, GError **error)
   } else if (ok) {
     fprintf (stderr, "headline: vocabularies %d source, %d target words (seen >= %d times); %s-pointers per 100 "
              "examples: train %.1f, valid %.1f, test %.1f\n", t->Vs, t->Vt, t->min_count, mode,
-             100.0 * t->split[0].pointers / MAX (t->split[0].n, 1), 100.0 * t->split[1].pointers / MAX (t->split[1].n, 1),
-             100.0 * t->split[2].pointers / MAX (t->split[2].n, 1));
+             pointer_rate (&t->split[0]), pointer_rate (&t->split[1]), pointer_rate (&t->split[2]));
   }
   if (ok) {
     t->mark = g_new0 (guint8, t->Vt);
@@ -463,7 +437,7 @@ hl_destroy (void *self)
 {
   Headline *t = self;
   for (int k = 0; k < 3; k++)
-    split_free (&t->split[k]);
+    psm_examples_free (t->split[k].x);
   psm_vocab_free (t->sv);
   psm_vocab_free (t->tv);
   g_free (t->mark);
@@ -522,93 +496,20 @@ candidates (Headline *t, PsmBatch *b, gboolean train)
   psm_batch_set_candidates (b, t->cand, n);
 }
 
-static void
-fill_batch (Headline *t, const Split *s, const int *idx, int B, PsmBatch *b)
-{
-  const int *so = (const int *) s->src_off->data, *to = (const int *) s->tgt_off->data;
-  int T = 1, Ty = 1;
-  for (int i = 0; i < B; i++) {
-    T = MAX (T, so[idx[i] + 1] - so[idx[i]]);
-    Ty = MAX (Ty, to[idx[i] + 1] - to[idx[i]] + 1);
-  }
-  psm_batch_reserve (b, B, T, Ty);
-  b->ext_base = MAX (t->Vs, t->Vt);
-  const int32_t *src = (const int32_t *) s->src->data, *tgt = (const int32_t *) s->tgt->data;
-  const int32_t *tid = (const int32_t *) s->src_tid->data, *loc = (const int32_t *) s->loc->data;
-  const float *sw = (const float *) s->sw->data;
-  for (int i = 0; i < B; i++) {
-    int e = idx[i], ns = so[e + 1] - so[e], nt = to[e + 1] - to[e];
-    b->example_id[i] = e;
-    for (int k = 0, seg = 0; k < ns; k++) {
-      int32_t g = src[so[e] + k], tv = tid[so[e] + k];
-      /* the sentence: the sentence ends before this token */
-      PSM_AT (b->src_seg, b, k, i) = MIN (seg, t->sentences - 1);
-      seg += ends_sentence (psm_vocab_word (t->sv, g));
-      PSM_AT (b->src, b, k, i) = g < t->Vs ? g : UNK;
-      PSM_AT (b->src_ext, b, k, i) = tv >= 0 && tv < t->Vt ? tv : psm_batch_oov_id (b, psm_vocab_word (t->sv, g));
-      PSM_AT (b->src_mask, b, k, i) = 1.0f;
-    }
-    for (int k = 0; k <= nt; k++) {
-      int32_t g = k < nt ? tgt[to[e] + k] : EOS;
-      PSM_AT (b->dec_in, b, k, i) = k == 0 ? BOS : PSM_AT (b->tgt, b, k - 1, i);
-      PSM_AT (b->tgt, b, k, i) = g < t->Vt ? g : UNK;
-      PSM_AT (b->tgt_ext, b, k, i) = g < t->Vt ? g : psm_batch_oov_id (b, psm_vocab_word (t->tv, g));
-      PSM_AT (b->tgt_mask, b, k, i) = 1.0f;
-      PSM_AT (b->tgt_switch, b, k, i) = k < nt ? sw[to[e] + k] : 1.0f;
-      PSM_AT (b->tgt_loc, b, k, i) = k < nt ? loc[to[e] + k] : -1;
-    }
-  }
-}
-
-static gboolean
-hl_train_batch (void *self, int B, PsmRng *rng, PsmBatch *out, GError **error)
-{
-  Headline *t = self;
-  if (t->split[0].n < 1) {
-    g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "headline: no training examples were read");
-    return FALSE;
-  }
-  int *idx = g_new (int, B);
-  for (int i = 0; i < B; i++)
-    idx[i] = (int) psm_rng_below (rng, (guint32) t->split[0].n);
-  fill_batch (t, &t->split[0], idx, B, out);
-  candidates (t, out, TRUE);
-  g_free (idx);
-  return TRUE;
-}
-
-static int hl_n_examples (void *self, PsmSplit split) { return ((Headline *) self)->split[split].n; }
-
+/* Training batches come through here too (psm_task_train_batch), with
+ * the candidates of training. */
 static gboolean
 hl_eval_batch_of (void *self, PsmSplit split, const int *idx, int B, PsmBatch *out, GError **error)
 {
   Headline *t = self;
-  const Split *s = &t->split[split];
-  for (int i = 0; i < B; i++)
-    if (idx[i] < 0 || idx[i] >= s->n) {
-      g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "headline: example %d of a split of %d asked for",
-                   idx[i], s->n);
-      return FALSE;
-    }
-  fill_batch (t, s, idx, B, out);
-  candidates (t, out, FALSE);
+  const PsmExampleWords w = { t->sv, t->tv, t->Vs, t->Vt, MAX (t->Vs, t->Vt), UNK, BOS, EOS };
+  if (!psm_examples_fill (t->split[split].x, &w, idx, B, out, "headline", error))
+    return FALSE;
+  candidates (t, out, split == PSM_SPLIT_TRAIN);
   return TRUE;
 }
 
-static gboolean
-hl_eval_batch (void *self, PsmSplit split, int start, int B, PsmBatch *out, GError **error)
-{
-  Headline *t = self;
-  const Split *s = &t->split[split];
-  B = MIN (B, s->n - start);
-  int *idx = g_new (int, MAX (B, 1));
-  for (int i = 0; i < B; i++)
-    idx[i] = start + i;
-  fill_batch (t, s, idx, B, out);
-  candidates (t, out, FALSE);
-  g_free (idx);
-  return TRUE;
-}
+static int hl_n_examples (void *self, PsmSplit split) { return psm_examples_n (((Headline *) self)->split[split].x); }
 
 /* -1 with lvt: a batch's candidates are its examples' words, so decoding
  * keeps the split's batches (the core's decode.sort). */
@@ -618,8 +519,7 @@ hl_source_length (void *self, PsmSplit split, int i)
   Headline *t = self;
   if (t->lvt > 0 && t->lvt < t->Vt)
     return -1;
-  const Split *s = &t->split[split];
-  return ((const int *) s->src_off->data)[i + 1] - ((const int *) s->src_off->data)[i];
+  return psm_examples_source_length (t->split[split].x, i);
 }
 
 static const char *
@@ -674,28 +574,38 @@ hl_text_batch (void *self, const char *const *texts, int n, PsmBatch *out, GErro
   int *idx = g_new (int, MAX (n, 1));
   for (int i = 0; i < n; i++)
     idx[i] = i;
-  fill_batch (t, &s, idx, n, out);
-  candidates (t, out, FALSE);
+  const PsmExampleWords w = { t->sv, t->tv, t->Vs, t->Vt, MAX (t->Vs, t->Vt), UNK, BOS, EOS };
+  gboolean ok = psm_examples_fill (s.x, &w, idx, n, out, "headline", error);
+  if (ok)
+    candidates (t, out, FALSE);
   psm_vocab_truncate (t->sv, known_s);   /* the batch keeps its out-of-vocabulary words as strings */
   psm_vocab_truncate (t->tv, known_t);
   g_free (idx);
-  split_free (&s);
+  psm_examples_free (s.x);
   pairs_free (&p);
-  return TRUE;
+  return ok;
 }
 
 static void
 hl_example_text (void *self, PsmSplit split, int i, const char **source, const char **reference)
 {
-  const Split *s = &((Headline *) self)->split[split];
-  gboolean have = s->src_text && i >= 0 && i < s->n;
-  *source = have ? s->src_text->pdata[i] : NULL;
-  *reference = have ? s->tgt_text->pdata[i] : NULL;
+  const PsmExamples *x = ((Headline *) self)->split[split].x;
+  *source = psm_examples_source_text (x, i);
+  *reference = psm_examples_reference_text (x, i);
 }
 
 static const PsmTaskClass klass = {
-  sizeof (PsmTaskClass), hl_create, hl_destroy, hl_info, hl_train_batch, hl_n_examples, hl_eval_batch,
-  hl_token_text, hl_save, hl_text_batch, hl_example_text, NULL, NULL, hl_source_length, hl_eval_batch_of
+  .size = sizeof (PsmTaskClass),
+  .create = hl_create,
+  .destroy = hl_destroy,
+  .info = hl_info,
+  .n_examples = hl_n_examples,
+  .token_text = hl_token_text,
+  .save = hl_save,
+  .text_batch = hl_text_batch,
+  .example_text = hl_example_text,
+  .source_length = hl_source_length,
+  .eval_batch_of = hl_eval_batch_of,
 };
 
 PSM_PLUGIN (PSM_KIND_TASK, "headline",

@@ -50,14 +50,6 @@ static const char *const special[N_SPECIAL + 1] = { "<pad>", "<unk>", "<s>", "</
 enum { R_SHORTLIST, R_COPY, R_SHARED, R_LEXICON, R_ARGMAX, R_UNK, N_RULES };
 static const char *const rule_name[N_RULES] = { "shortlist", "copy", "shared", "lexicon", "argmax", "unk" };
 
-typedef struct {
-  int n;                        /* pairs */
-  GArray *src_off, *tgt_off;    /* int, n + 1 offsets */
-  GArray *src, *tgt;            /* int32 global ids (source / target tables) */
-  GArray *sw;                   /* float: 1 generate, 0 point (per target token) */
-  GArray *loc;                  /* int32: source position, -1, or PSM_LOC_ARGMAX */
-  GPtrArray *src_text, *tgt_text;   /* whole lines as tokenised (char *) */
-} Split;
 
 typedef struct {
   int Vs, Vt, max_len;
@@ -67,7 +59,8 @@ typedef struct {
   GHashTable *dec_lex;          /* source word -> its first target translation */
   GHashTable *shared;           /* normalised spelling -> source word */
   long rules[N_RULES];
-  Split split[3];
+  PsmExamples *split[3];        /* global ids of the source / target tables, pointer targets; whole lines as
+                                   tokenised */
 } Nmt;
 
 static const PsmParamSpec params[] = {
@@ -327,62 +320,34 @@ point (const Nmt *t, const char *y, char *const *src, int n, int32_t *loc)
   return R_UNK;
 }
 
-/* Ids and pointer targets of the pairs (cut at max_len); their lines kept
- * whole for the metrics. */
-static void
-fill_split (Nmt *t, Split *s, Pairs *p, gboolean train)
+/* The store of pairs (cut at max_len): ids and pointer targets, their
+ * lines kept whole for the metrics; train: the pointer rules counted. */
+static PsmExamples *
+fill_split (Nmt *t, Pairs *p, gboolean train)
 {
-  s->n = (int) p->src->len;
-  s->src_off = g_array_new (FALSE, FALSE, sizeof (int));
-  s->tgt_off = g_array_new (FALSE, FALSE, sizeof (int));
-  s->src = g_array_new (FALSE, FALSE, sizeof (int32_t));
-  s->tgt = g_array_new (FALSE, FALSE, sizeof (int32_t));
-  s->sw = g_array_new (FALSE, FALSE, sizeof (float));
-  s->loc = g_array_new (FALSE, FALSE, sizeof (int32_t));
-  s->src_text = g_ptr_array_new_with_free_func (g_free);
-  s->tgt_text = g_ptr_array_new_with_free_func (g_free);
-  for (int e = 0; e < s->n; e++) {
+  PsmExamples *x = psm_examples_new (PSM_EXAMPLES_OWN_IDS);
+  for (guint e = 0; e < p->src->len; e++) {
     GPtrArray *ws = words_of (p->src->pdata[e]), *wt = words_of (p->tgt->pdata[e]);
     g_ptr_array_add (ws, NULL);
     g_ptr_array_add (wt, NULL);
-    g_ptr_array_add (s->src_text, g_strjoinv (" ", (char **) ws->pdata));
-    g_ptr_array_add (s->tgt_text, g_strjoinv (" ", (char **) wt->pdata));
+    char *st = g_strjoinv (" ", (char **) ws->pdata), *tt = g_strjoinv (" ", (char **) wt->pdata);
+    psm_examples_begin (x, st, tt);
+    g_free (st);
+    g_free (tt);
     int ns = MIN ((int) ws->len - 1, t->max_len), nt = MIN ((int) wt->len - 1, t->max_len);
-    g_array_append_val (s->src_off, s->src->len);
-    g_array_append_val (s->tgt_off, s->tgt->len);
-    for (int i = 0; i < ns; i++) {
-      int32_t id = psm_vocab_add (t->sv, ws->pdata[i]);
-      g_array_append_val (s->src, id);
-    }
+    for (int i = 0; i < ns; i++)
+      psm_examples_add_source (x, psm_vocab_add (t->sv, ws->pdata[i]), -1, 0);
     for (int i = 0; i < nt; i++) {
       int32_t id = psm_vocab_add (t->tv, wt->pdata[i]), loc;
       int r = point (t, wt->pdata[i], (char *const *) ws->pdata, ns, &loc);
-      float z = r == R_SHORTLIST || r == R_UNK ? 1.0f : 0.0f;
-      g_array_append_val (s->tgt, id);
-      g_array_append_val (s->sw, z);
-      g_array_append_val (s->loc, loc);
+      psm_examples_add_target (x, id, r == R_SHORTLIST || r == R_UNK ? 1.0f : 0.0f, loc);
       if (train)
         t->rules[r]++;
     }
     g_ptr_array_unref (ws);
     g_ptr_array_unref (wt);
   }
-  int end = (int) s->src->len, tend = (int) s->tgt->len;
-  g_array_append_val (s->src_off, end);
-  g_array_append_val (s->tgt_off, tend);
-}
-
-static void
-split_free (Split *s)
-{
-  GArray *a[6] = { s->src_off, s->tgt_off, s->src, s->tgt, s->sw, s->loc };
-  for (int i = 0; i < 6; i++)
-    if (a[i])
-      g_array_unref (a[i]);
-  if (s->src_text)
-    g_ptr_array_unref (s->src_text);
-  if (s->tgt_text)
-    g_ptr_array_unref (s->tgt_text);
+  return x;
 }
 
 static void nmt_destroy (void *self);
@@ -457,7 +422,7 @@ nmt_create (const PsmSection *cfg, const PsmTaskCtx *ctx, GError **error)
     ok = t->dec_lex != NULL;
   }
   for (int k = 0; k < 3 && ok; k++)
-    fill_split (t, &t->split[k], &p[k], k == 0);
+    t->split[k] = fill_split (t, &p[k], k == 0);
   for (int k = 0; k < 3; k++)
     pairs_free (&p[k]);
   if (ok) {
@@ -468,7 +433,7 @@ nmt_create (const PsmSection *cfg, const PsmTaskCtx *ctx, GError **error)
     for (int r = 0; r < N_RULES; r++)
       g_string_append_printf (s, "%s%s %ld (%.2f %%)", r ? ", " : "", rule_name[r], t->rules[r],
                               n ? 100.0 * t->rules[r] / n : 0.0);
-    fprintf (stderr, "nmt: %d training pairs, %ld target words: %s\n", t->split[0].n, n, s->str);
+    fprintf (stderr, "nmt: %d training pairs, %ld target words: %s\n", psm_examples_n (t->split[0]), n, s->str);
     g_string_free (s, TRUE);
   }
   if (!ok) {
@@ -483,7 +448,7 @@ nmt_destroy (void *self)
 {
   Nmt *t = self;
   for (int k = 0; k < 3; k++)
-    split_free (&t->split[k]);
+    psm_examples_free (t->split[k]);
   psm_vocab_free (t->sv);
   psm_vocab_free (t->tv);
   if (t->lex)
@@ -508,89 +473,20 @@ nmt_info (void *self, PsmTaskInfo *info)
   info->unk_id = UNK;
 }
 
-static void
-fill_batch (Nmt *t, const Split *s, const int *idx, int B, PsmBatch *b)
-{
-  const int *so = (const int *) s->src_off->data, *to = (const int *) s->tgt_off->data;
-  int T = 1, Ty = 1;
-  for (int i = 0; i < B; i++) {
-    T = MAX (T, so[idx[i] + 1] - so[idx[i]]);
-    Ty = MAX (Ty, to[idx[i] + 1] - to[idx[i]] + 1);
-  }
-  psm_batch_reserve (b, B, T, Ty);
-  b->ext_base = MAX (t->Vs, t->Vt);
-  const int32_t *src = (const int32_t *) s->src->data, *tgt = (const int32_t *) s->tgt->data;
-  const int32_t *loc = (const int32_t *) s->loc->data;
-  const float *sw = (const float *) s->sw->data;
-  for (int i = 0; i < B; i++) {
-    int e = idx[i], ns = so[e + 1] - so[e], nt = to[e + 1] - to[e];
-    b->example_id[i] = e;
-    for (int k = 0; k < ns; k++) {
-      int32_t g = src[so[e] + k];
-      PSM_AT (b->src, b, k, i) = g < t->Vs ? g : UNK;
-      PSM_AT (b->src_ext, b, k, i) = psm_batch_oov_id (b, psm_vocab_word (t->sv, g));
-      PSM_AT (b->src_mask, b, k, i) = 1.0f;
-    }
-    for (int k = 0; k <= nt; k++) {
-      int32_t g = k < nt ? tgt[to[e] + k] : EOS;
-      PSM_AT (b->dec_in, b, k, i) = k == 0 ? BOS : PSM_AT (b->tgt, b, k - 1, i);
-      PSM_AT (b->tgt, b, k, i) = g < t->Vt ? g : UNK;
-      PSM_AT (b->tgt_ext, b, k, i) = g < t->Vt ? g : psm_batch_oov_id (b, psm_vocab_word (t->tv, g));
-      PSM_AT (b->tgt_mask, b, k, i) = 1.0f;
-      PSM_AT (b->tgt_switch, b, k, i) = k < nt ? sw[to[e] + k] : 1.0f;
-      PSM_AT (b->tgt_loc, b, k, i) = k < nt ? loc[to[e] + k] : -1;
-    }
-  }
-}
-
-static gboolean
-nmt_train_batch (void *self, int B, PsmRng *rng, PsmBatch *out, GError **error)
-{
-  Nmt *t = self;
-  int *idx = g_new (int, B);
-  for (int i = 0; i < B; i++)
-    idx[i] = (int) psm_rng_below (rng, (guint32) t->split[0].n);
-  fill_batch (t, &t->split[0], idx, B, out);
-  g_free (idx);
-  return TRUE;
-}
-
-static int nmt_n_examples (void *self, PsmSplit split) { return ((Nmt *) self)->split[split].n; }
-
 static gboolean
 nmt_eval_batch_of (void *self, PsmSplit split, const int *idx, int B, PsmBatch *out, GError **error)
 {
   Nmt *t = self;
-  const Split *s = &t->split[split];
-  for (int i = 0; i < B; i++)
-    if (idx[i] < 0 || idx[i] >= s->n) {
-      g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "nmt: example %d of a split of %d asked for",
-                   idx[i], s->n);
-      return FALSE;
-    }
-  fill_batch (t, s, idx, B, out);
-  return TRUE;
+  const PsmExampleWords w = { t->sv, t->tv, t->Vs, t->Vt, MAX (t->Vs, t->Vt), UNK, BOS, EOS };
+  return psm_examples_fill (t->split[split], &w, idx, B, out, "nmt", error);
 }
 
-static gboolean
-nmt_eval_batch (void *self, PsmSplit split, int start, int B, PsmBatch *out, GError **error)
-{
-  Nmt *t = self;
-  const Split *s = &t->split[split];
-  B = MIN (B, s->n - start);
-  int *idx = g_new (int, MAX (B, 1));
-  for (int i = 0; i < B; i++)
-    idx[i] = start + i;
-  fill_batch (t, s, idx, B, out);
-  g_free (idx);
-  return TRUE;
-}
+static int nmt_n_examples (void *self, PsmSplit split) { return psm_examples_n (((Nmt *) self)->split[split]); }
 
 static int
 nmt_source_length (void *self, PsmSplit split, int i)
 {
-  const Split *s = &((Nmt *) self)->split[split];
-  return ((const int *) s->src_off->data)[i + 1] - ((const int *) s->src_off->data)[i];
+  return psm_examples_source_length (((Nmt *) self)->split[split], i);
 }
 
 static const char *
@@ -618,10 +514,9 @@ nmt_save (void *self, const char *dir, GError **error)
 static void
 nmt_example_text (void *self, PsmSplit split, int i, const char **source, const char **reference)
 {
-  const Split *s = &((Nmt *) self)->split[split];
-  gboolean have = s->src_text && i >= 0 && i < s->n;
-  *source = have ? s->src_text->pdata[i] : NULL;
-  *reference = have ? s->tgt_text->pdata[i] : NULL;
+  const PsmExamples *x = ((Nmt *) self)->split[split];
+  *source = psm_examples_source_text (x, i);
+  *reference = psm_examples_reference_text (x, i);
 }
 
 /* Raw source sentences to translate (psm-run --input): the simple
@@ -653,23 +548,32 @@ nmt_text_batch (void *self, const char *const *texts, int n, PsmBatch *out, GErr
     g_ptr_array_add (p.tgt, g_new0 (char *, 1));
   }
   t->simple = simple;
-  Split s = { 0 };
-  fill_split (t, &s, &p, FALSE);
+  PsmExamples *x = fill_split (t, &p, FALSE);
   int *idx = g_new (int, MAX (n, 1));
   for (int i = 0; i < n; i++)
     idx[i] = i;
-  fill_batch (t, &s, idx, n, out);
+  const PsmExampleWords w = { t->sv, t->tv, t->Vs, t->Vt, MAX (t->Vs, t->Vt), UNK, BOS, EOS };
+  gboolean ok = psm_examples_fill (x, &w, idx, n, out, "nmt", error);
   psm_vocab_truncate (t->sv, known_s);   /* the batch keeps its out-of-vocabulary words as strings */
   psm_vocab_truncate (t->tv, known_t);
   g_free (idx);
-  split_free (&s);
+  psm_examples_free (x);
   pairs_free (&p);
-  return TRUE;
+  return ok;
 }
 
 static const PsmTaskClass klass = {
-  sizeof (PsmTaskClass), nmt_create, nmt_destroy, nmt_info, nmt_train_batch, nmt_n_examples, nmt_eval_batch,
-  nmt_token_text, nmt_save, nmt_text_batch, nmt_example_text, NULL, NULL, nmt_source_length, nmt_eval_batch_of
+  .size = sizeof (PsmTaskClass),
+  .create = nmt_create,
+  .destroy = nmt_destroy,
+  .info = nmt_info,
+  .n_examples = nmt_n_examples,
+  .token_text = nmt_token_text,
+  .save = nmt_save,
+  .text_batch = nmt_text_batch,
+  .example_text = nmt_example_text,
+  .source_length = nmt_source_length,
+  .eval_batch_of = nmt_eval_batch_of,
 };
 
 PSM_PLUGIN (PSM_KIND_TASK, "nmt",
