@@ -8,6 +8,7 @@
 #ifndef PSM_CONFIG_H
 #define PSM_CONFIG_H
 #include <glib.h>
+#include "psm-error.h"
 G_BEGIN_DECLS
 
 typedef enum {
@@ -59,9 +60,6 @@ PsmSection *psm_section_from_text (const char *text, const char *file, const cha
                                    GError **error);
 void psm_section_destroy (PsmSection *s);
 
-GQuark psm_config_error_quark (void);
-#define PSM_CONFIG_ERROR psm_config_error_quark ()
-typedef enum { PSM_CONFIG_ERROR_INVALID } PsmConfigError;
 
 G_END_DECLS
 #endif

@@ -3,6 +3,7 @@
 #ifndef PSM_PIPELINE_H
 #define PSM_PIPELINE_H
 #include "psm.h"
+#include "psm-error.h"
 G_BEGIN_DECLS
 
 typedef struct PsmPipeline PsmPipeline;
@@ -151,13 +152,6 @@ void psm_dist_finalize (void);
  * the others waiting in a collective); returns only on one rank. */
 void psm_dist_abort (int code);
 
-GQuark psm_run_error_quark (void);
-#define PSM_RUN_ERROR psm_run_error_quark ()
-typedef enum {
-  PSM_RUN_ERROR_USAGE,     /* exit 2: e.g. run folder already holds a run */
-  PSM_RUN_ERROR_FAILED,    /* exit 1: NaN loss, I/O, data */
-  PSM_RUN_ERROR_CANCELLED  /* PsmEvalOptions.cancelled said so */
-} PsmRunError;
 
 /* Trains as train.* says, validating every train.eval_every steps and keeping
  * DIR/best.ckpt; DIR/last.ckpt holds the latest state (for --resume): at

@@ -8,6 +8,7 @@
 #ifndef PSM_PLUGIN_H
 #define PSM_PLUGIN_H
 #include <glib.h>
+#include "psm-error.h"
 #include "psm-config.h"
 G_BEGIN_DECLS
 
@@ -127,19 +128,6 @@ typedef struct {
   char *path;
 } PsmPlugin;
 
-GQuark psm_plugin_error_quark (void);
-#define PSM_PLUGIN_ERROR psm_plugin_error_quark ()
-typedef enum {
-  PSM_PLUGIN_ERROR_NOT_FOUND,
-  PSM_PLUGIN_ERROR_OPEN,       /* dlopen failed (not a shared object, ...) */
-  PSM_PLUGIN_ERROR_NO_ENTRY,   /* not a psm plugin */
-  PSM_PLUGIN_ERROR_ABI,        /* wrong ABI version or struct size */
-  PSM_PLUGIN_ERROR_KIND,       /* bad or unexpected kind, or name mismatch */
-  PSM_PLUGIN_ERROR_INIT,       /* init() failed */
-  PSM_PLUGIN_ERROR_DUPLICATE,  /* kind/name already loaded from another file */
-  PSM_PLUGIN_ERROR_CLASS       /* a required class hook is NULL, or the
-                                  parameter table is malformed */
-} PsmPluginError;
 
 /* Search path: $PSM_PLUGIN_PATH (':'-separated), then the installed plugin
  * directory. Returned array owned by the loader. */

@@ -1,6 +1,7 @@
 /* psm.h — everything a plugin author needs. */
 #ifndef PSM_H
 #define PSM_H
+#include "psm-error.h"
 #include "psm-tensor.h"
 #include "psm-ops.h"
 #include "psm-rng.h"

@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <psm/psm.h>
-#include <psm/psm-pipeline.h>
 #include "rouge-stem.h"
 
 struct RougeStemmer {

@@ -38,7 +38,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <psm/psm.h>
-#include <psm/psm-pipeline.h>
 #include "rouge-stem.h"
 
 static const PsmParamSpec params[] = {

@@ -34,7 +34,6 @@
 #include <string.h>
 #include <stdlib.h>
 #include <psm/psm.h>
-#include <psm/psm-pipeline.h>
 
 typedef struct {
   int32_t *ids;      /* the whole split as one stream */

@@ -42,7 +42,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <psm/psm.h>
-#include <psm/psm-pipeline.h>
 
 #define N_SPECIAL 4
 enum { PAD, UNK, BOS, EOS };
