@@ -578,7 +578,7 @@ gboolean psm_params_deferred (const PsmParams *p);
  * (core/psm-optim.c; the checkpoint reader checks against it). */
 int psm_optim_kind_slots (PsmOptKind kind);
 
-/* Model internals used by the training loop (core/psm-model.c). */
+/* Model internals used by the training loop (core/psm-model*.c). */
 PsmGraph *psm_model_graph (PsmModel *m);
 PsmBatch *psm_model_batch (PsmModel *m);
 PsmPipeline *psm_model_pipeline (PsmModel *m);

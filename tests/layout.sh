@@ -23,7 +23,6 @@ src = sys.argv[1]
 MAX_FILE, MAX_FUNC = 600, 150
 # Known breaches of rule 1, with the reason each stands for now.
 FILE_EXCEPTIONS = {
-    "core/psm-model.c": "five modules in one file (assembly, stream state, forward, scorer, evaluation): issue 60 splits it",
     "core/psm-graph.c": "the tape and its side tables: issue 60 moves the weight plan and the side tables out",
     "core/psm-train.c": "training loop, checkpoints and schedules together: issue 60 splits it",
     "core/psm-private.h": "the internals of about 15 files: issue 60 gives each layer its own header",
@@ -34,8 +33,8 @@ FILE_EXCEPTIONS = {
     "plugins/tasks/headline.c": "reading, styling, two pointer modes and lvt: 12 lines over",
 }
 FUNC_EXCEPTIONS = {
-    ("core/psm-model.c", "psm_model_new"): "assembly of every model shape: split with psm-model.c",
-    ("core/psm-model.c", "psm_model_evaluate"): "evaluation of the three model shapes: split with psm-model.c",
+    ("core/psm-model.c", "psm_model_new"): "assembly of every model shape, checked in order: to split by stage",
+    ("core/psm-model-eval.c", "psm_model_evaluate"): "the evaluation loop of the three model shapes: to split by shape",
     ("core/psm-checkpoint.c", "psm_checkpoint_load"): "every check of a checkpoint's sections in one pass",
 }
 GENERATED = {"plugins/metrics/rouge-exceptions.c"}
