@@ -59,5 +59,5 @@ const PsmOpInfo psm_op_table[PSM_OP_COUNT] = {
   [PSM_OP_DOT_SCORES] = { "dot_scores", psm_dot_scores_backward },
 };
 
-/* tests/test-graph.c checks that every row has a name and a backward, so an
+/* tests/test-ops.c (test_op_table) checks that every row has a name and a backward, so an
  * enum value added without its row fails `make check`. */

@@ -283,7 +283,7 @@ load_locked (const char *path, PsmKind want_kind, const char *want_name, GError 
   }
   /* The class struct starts with its size; it must cover every hook of
    * ABI 1.0 (hooks appended since are optional: the core reads them only
-   * when the size covers them, PSM_CLASS_HAS). */
+   * when the size covers them, PSM_CLASS_HOOK). */
   static const guint32 class_sizes[] = { 0, sizeof (PsmEncoderClass), offsetof (PsmDecoderClass, prepare),
                                          offsetof (PsmHeadClass, gate), offsetof (PsmTaskClass, save),
                                          offsetof (PsmMetricClass, add_text) };

@@ -332,7 +332,7 @@ void psm_graph_clear_repeats (PsmGraph *g);
 
 /* Embedding lookups: psm_embedding notes that its n rows (at rows) are
  * table[ids], and psm_linear, given them as x, projects each distinct id
- * once (psm_embedding_linear, core/ops/matmul.c). The output of an op is
+ * once (the embedding_linear path of psm_linear, core/ops/matmul.c). The output of an op is
  * never written in place, so the note holds until the next reset (the
  * last four lookups are kept). */
 /* Whether a lookup of R rows holding u distinct ids is projected that way:

@@ -89,7 +89,7 @@ PsmTensor *psm_concat_steps (PsmGraph *g, PsmTensor *a, PsmTensor *b);
 /* [D0, D1, C] -> [D1, D0, C]: time-major <-> batch-major. */
 PsmTensor *psm_transpose01 (PsmGraph *g, PsmTensor *x);
 
-/* --- reductions and losses (core/ops/reduce.c, core/ops/loss.c) --- */
+/* --- reductions and losses (core/ops/loss.c) --- */
 PsmTensor *psm_sum (PsmGraph *g, PsmTensor *x);    /* scalar */
 PsmTensor *psm_mean (PsmGraph *g, PsmTensor *x);   /* scalar */
 /* -(1/W) sum_i w_i logp[i, t_i], W = sum_i w_i (weights may be NULL = 1;

@@ -102,8 +102,16 @@ ga_step (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, PsmTenso
 }
 
 static const PsmDecoderClass klass = {
-  sizeof (PsmDecoderClass), ga_create, ga_destroy, ga_state_dim, ga_context_dim, ga_has_attention,
-  ga_init, ga_step, ga_prepare, PSM_DECODER_LIVE_ROWS
+  .size = sizeof (PsmDecoderClass),
+  .create = ga_create,
+  .destroy = ga_destroy,
+  .state_dim = ga_state_dim,
+  .context_dim = ga_context_dim,
+  .has_attention = ga_has_attention,
+  .init = ga_init,
+  .step = ga_step,
+  .prepare = ga_prepare,
+  .flags = PSM_DECODER_LIVE_ROWS,
 };
 
 PSM_PLUGIN (PSM_KIND_DECODER, "gru_attn",

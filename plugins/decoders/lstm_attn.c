@@ -182,8 +182,16 @@ la_step (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, PsmTenso
 }
 
 static const PsmDecoderClass klass = {
-  sizeof (PsmDecoderClass), la_create, la_destroy, la_state_dim, la_context_dim, la_has_attention,
-  la_init, la_step, la_prepare, PSM_DECODER_LIVE_ROWS
+  .size = sizeof (PsmDecoderClass),
+  .create = la_create,
+  .destroy = la_destroy,
+  .state_dim = la_state_dim,
+  .context_dim = la_context_dim,
+  .has_attention = la_has_attention,
+  .init = la_init,
+  .step = la_step,
+  .prepare = la_prepare,
+  .flags = PSM_DECODER_LIVE_ROWS,
 };
 
 PSM_PLUGIN (PSM_KIND_DECODER, "lstm_attn",

@@ -57,7 +57,12 @@ bg_encode (void *self, PsmGraph *g, PsmParams *p, PsmTensor *emb, const float *m
 }
 
 static const PsmEncoderClass klass = {
-  sizeof (PsmEncoderClass), bg_create, bg_destroy, bg_out_dim, bg_summary_dim, bg_encode, NULL
+  .size = sizeof (PsmEncoderClass),
+  .create = bg_create,
+  .destroy = bg_destroy,
+  .output_dim = bg_out_dim,
+  .summary_dim = bg_summary_dim,
+  .encode = bg_encode,
 };
 
 PSM_PLUGIN (PSM_KIND_ENCODER, "bigru",

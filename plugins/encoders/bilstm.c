@@ -71,7 +71,12 @@ bl_encode (void *self, PsmGraph *g, PsmParams *p, PsmTensor *emb, const float *m
 }
 
 static const PsmEncoderClass klass = {
-  sizeof (PsmEncoderClass), bl_create, bl_destroy, bl_out_dim, bl_summary_dim, bl_encode, NULL
+  .size = sizeof (PsmEncoderClass),
+  .create = bl_create,
+  .destroy = bl_destroy,
+  .output_dim = bl_out_dim,
+  .summary_dim = bl_summary_dim,
+  .encode = bl_encode,
 };
 
 PSM_PLUGIN (PSM_KIND_ENCODER, "bilstm",

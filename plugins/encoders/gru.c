@@ -44,7 +44,12 @@ gru_encode (void *self, PsmGraph *g, PsmParams *p, PsmTensor *emb, const float *
 }
 
 static const PsmEncoderClass klass = {
-  sizeof (PsmEncoderClass), gru_create, gru_destroy, gru_dim, gru_dim, gru_encode, NULL
+  .size = sizeof (PsmEncoderClass),
+  .create = gru_create,
+  .destroy = gru_destroy,
+  .output_dim = gru_dim,
+  .summary_dim = gru_dim,
+  .encode = gru_encode,
 };
 
 PSM_PLUGIN (PSM_KIND_ENCODER, "gru", "GRU over the source; all states and the last state as summary",

@@ -127,7 +127,13 @@ ll_encode (void *self, PsmGraph *g, PsmParams *p, PsmTensor *emb, const float *m
 }
 
 static const PsmEncoderClass klass = {
-  sizeof (PsmEncoderClass), ll_create, ll_destroy, ll_dim, ll_dim, ll_encode, ll_carry_dim
+  .size = sizeof (PsmEncoderClass),
+  .create = ll_create,
+  .destroy = ll_destroy,
+  .output_dim = ll_dim,
+  .summary_dim = ll_dim,
+  .encode = ll_encode,
+  .carry_dim = ll_carry_dim,
 };
 
 PSM_PLUGIN (PSM_KIND_ENCODER, "lstm_lm",

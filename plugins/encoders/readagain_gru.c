@@ -102,7 +102,12 @@ rg_encode (void *self, PsmGraph *g, PsmParams *p, PsmTensor *emb, const float *m
 }
 
 static const PsmEncoderClass klass = {
-  sizeof (PsmEncoderClass), rg_create, rg_destroy, rg_dim, rg_dim, rg_encode, NULL
+  .size = sizeof (PsmEncoderClass),
+  .create = rg_create,
+  .destroy = rg_destroy,
+  .output_dim = rg_dim,
+  .summary_dim = rg_dim,
+  .encode = rg_encode,
 };
 
 PSM_PLUGIN (PSM_KIND_ENCODER, "readagain_gru",

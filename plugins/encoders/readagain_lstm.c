@@ -106,7 +106,12 @@ rl_encode (void *self, PsmGraph *g, PsmParams *p, PsmTensor *emb, const float *m
 }
 
 static const PsmEncoderClass klass = {
-  sizeof (PsmEncoderClass), rl_create, rl_destroy, rl_dim, rl_dim, rl_encode, NULL
+  .size = sizeof (PsmEncoderClass),
+  .create = rl_create,
+  .destroy = rl_destroy,
+  .output_dim = rl_dim,
+  .summary_dim = rl_dim,
+  .encode = rl_encode,
 };
 
 PSM_PLUGIN (PSM_KIND_ENCODER, "readagain_lstm",

@@ -321,8 +321,15 @@ cp_input_embed (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, c
 }
 
 static const PsmHeadClass klass = {
-  sizeof (PsmHeadClass), cp_create, cp_destroy, cp_loss, cp_space, cp_scores, cp_slot_token, NULL, cp_gate, NULL, NULL,
-  cp_input_embed
+  .size = sizeof (PsmHeadClass),
+  .create = cp_create,
+  .destroy = cp_destroy,
+  .loss = cp_loss,
+  .space_size = cp_space,
+  .scores = cp_scores,
+  .slot_token = cp_slot_token,
+  .gate = cp_gate,
+  .input_embed = cp_input_embed,
 };
 
 PSM_PLUGIN (PSM_KIND_HEAD, "copy",

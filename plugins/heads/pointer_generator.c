@@ -148,7 +148,14 @@ pg_gate (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const Ps
 }
 
 static const PsmHeadClass klass = {
-  sizeof (PsmHeadClass), pg_create, pg_destroy, pg_loss, pg_space, pg_scores, pg_slot_token, NULL, pg_gate, NULL, NULL, NULL
+  .size = sizeof (PsmHeadClass),
+  .create = pg_create,
+  .destroy = pg_destroy,
+  .loss = pg_loss,
+  .space_size = pg_space,
+  .scores = pg_scores,
+  .slot_token = pg_slot_token,
+  .gate = pg_gate,
 };
 
 PSM_PLUGIN (PSM_KIND_HEAD, "pointer_generator",

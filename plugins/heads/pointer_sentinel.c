@@ -206,8 +206,15 @@ ps_scores (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const 
 static int32_t ps_slot_token (void *self, const PsmBatch *batch, int b, int slot) { return slot; }
 
 static const PsmHeadClass klass = {
-  sizeof (PsmHeadClass), ps_create, ps_destroy, ps_loss, ps_space, ps_scores, ps_slot_token, NULL, NULL,
-  ps_history, ps_token_logp, NULL
+  .size = sizeof (PsmHeadClass),
+  .create = ps_create,
+  .destroy = ps_destroy,
+  .loss = ps_loss,
+  .space_size = ps_space,
+  .scores = ps_scores,
+  .slot_token = ps_slot_token,
+  .history = ps_history,
+  .token_logp = ps_token_logp,
 };
 
 PSM_PLUGIN (PSM_KIND_HEAD, "pointer_sentinel",

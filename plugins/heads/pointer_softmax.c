@@ -444,7 +444,14 @@ ps_gate (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, const Ps
 }
 
 static const PsmHeadClass klass = {
-  sizeof (PsmHeadClass), ps_create, ps_destroy, ps_loss, ps_space, ps_scores, ps_slot_token, NULL, ps_gate, NULL, NULL, NULL
+  .size = sizeof (PsmHeadClass),
+  .create = ps_create,
+  .destroy = ps_destroy,
+  .loss = ps_loss,
+  .space_size = ps_space,
+  .scores = ps_scores,
+  .slot_token = ps_slot_token,
+  .gate = ps_gate,
 };
 
 PSM_PLUGIN (PSM_KIND_HEAD, "pointer_softmax",

@@ -202,8 +202,14 @@ sm_token_logp (void *self, PsmGraph *g, PsmParams *p, const PsmEncoding *enc, co
 }
 
 static const PsmHeadClass klass = {
-  sizeof (PsmHeadClass), sm_create, sm_destroy, sm_loss, sm_space, sm_scores, sm_slot_token, NULL, NULL, NULL,
-  sm_token_logp, NULL
+  .size = sizeof (PsmHeadClass),
+  .create = sm_create,
+  .destroy = sm_destroy,
+  .loss = sm_loss,
+  .space_size = sm_space,
+  .scores = sm_scores,
+  .slot_token = sm_slot_token,
+  .token_logp = sm_token_logp,
 };
 
 PSM_PLUGIN (PSM_KIND_HEAD, "softmax", "softmax over the shortlist vocabulary (the baseline)", params, NULL, &klass)

@@ -188,8 +188,14 @@ bleu_report (void *self, PsmMetricReport *out)
 }
 
 static const PsmMetricClass klass = {
-  sizeof (PsmMetricClass), bleu_create, bleu_destroy, bleu_reset, NULL, NULL, bleu_report, TRUE, bleu_add_text,
-  TRUE
+  .size = sizeof (PsmMetricClass),
+  .create = bleu_create,
+  .destroy = bleu_destroy,
+  .reset = bleu_reset,
+  .report = bleu_report,
+  .higher_is_better = TRUE,
+  .add_text = bleu_add_text,
+  .multi_reference = TRUE,
 };
 
 PSM_PLUGIN (PSM_KIND_METRIC, "bleu",

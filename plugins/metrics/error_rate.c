@@ -38,7 +38,14 @@ er_report (void *self, PsmMetricReport *out)
 }
 
 static const PsmMetricClass klass = {
-  sizeof (PsmMetricClass), er_create, er_destroy, er_reset, er_add, NULL, er_report, FALSE, NULL, FALSE
+  .size = sizeof (PsmMetricClass),
+  .create = er_create,
+  .destroy = er_destroy,
+  .reset = er_reset,
+  .add = er_add,
+  .report = er_report,
+  .higher_is_better = FALSE,
+  .multi_reference = FALSE,
 };
 
 PSM_PLUGIN (PSM_KIND_METRIC, "error_rate", "percentage of wrongly predicted target tokens", NULL, NULL, &klass)

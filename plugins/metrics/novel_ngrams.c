@@ -154,7 +154,14 @@ nov_report (void *self, PsmMetricReport *out)
 }
 
 static const PsmMetricClass klass = {
-  sizeof (PsmMetricClass), nov_create, nov_destroy, nov_reset, NULL, NULL, nov_report, TRUE, nov_add_text, FALSE
+  .size = sizeof (PsmMetricClass),
+  .create = nov_create,
+  .destroy = nov_destroy,
+  .reset = nov_reset,
+  .report = nov_report,
+  .higher_is_better = TRUE,
+  .add_text = nov_add_text,
+  .multi_reference = FALSE,
 };
 
 PSM_PLUGIN (PSM_KIND_METRIC, "novel_ngrams",

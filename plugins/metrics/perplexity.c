@@ -43,7 +43,14 @@ px_report (void *self, PsmMetricReport *out)
 }
 
 static const PsmMetricClass klass = {
-  sizeof (PsmMetricClass), px_create, px_destroy, px_reset, NULL, px_add_loss, px_report, FALSE, NULL, FALSE
+  .size = sizeof (PsmMetricClass),
+  .create = px_create,
+  .destroy = px_destroy,
+  .reset = px_reset,
+  .add_loss = px_add_loss,
+  .report = px_report,
+  .higher_is_better = FALSE,
+  .multi_reference = FALSE,
 };
 
 PSM_PLUGIN (PSM_KIND_METRIC, "perplexity", "exp of the mean negative log-likelihood per target word", NULL, NULL,

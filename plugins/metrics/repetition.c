@@ -72,7 +72,14 @@ rep_report (void *self, PsmMetricReport *out)
 }
 
 static const PsmMetricClass klass = {
-  sizeof (PsmMetricClass), rep_create, rep_destroy, rep_reset, NULL, NULL, rep_report, FALSE, rep_add_text, FALSE
+  .size = sizeof (PsmMetricClass),
+  .create = rep_create,
+  .destroy = rep_destroy,
+  .reset = rep_reset,
+  .report = rep_report,
+  .higher_is_better = FALSE,
+  .add_text = rep_add_text,
+  .multi_reference = FALSE,
 };
 
 PSM_PLUGIN (PSM_KIND_METRIC, "repetition",

@@ -542,8 +542,14 @@ rouge_destroy (void *self)
 }
 
 static const PsmMetricClass klass = {
-  sizeof (PsmMetricClass), rouge_create, rouge_destroy, rouge_reset, NULL, NULL, rouge_report, TRUE,
-  rouge_add_text, FALSE
+  .size = sizeof (PsmMetricClass),
+  .create = rouge_create,
+  .destroy = rouge_destroy,
+  .reset = rouge_reset,
+  .report = rouge_report,
+  .higher_is_better = TRUE,
+  .add_text = rouge_add_text,
+  .multi_reference = FALSE,
 };
 
 PSM_PLUGIN (PSM_KIND_METRIC, "rouge",

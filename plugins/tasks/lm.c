@@ -383,8 +383,17 @@ lm_save (void *self, const char *dir, GError **error)
 }
 
 static const PsmTaskClass klass = {
-  sizeof (PsmTaskClass), lm_create, lm_destroy, lm_info, lm_train_batch, lm_n_examples, lm_eval_batch,
-  lm_token_text, lm_save, NULL, NULL, lm_train_cursor, lm_train_seek, NULL, NULL
+  .size = sizeof (PsmTaskClass),
+  .create = lm_create,
+  .destroy = lm_destroy,
+  .info = lm_info,
+  .train_batch = lm_train_batch,
+  .n_examples = lm_n_examples,
+  .eval_batch = lm_eval_batch,
+  .token_text = lm_token_text,
+  .save = lm_save,
+  .train_cursor = lm_train_cursor,
+  .train_seek = lm_train_seek,
 };
 
 PSM_PLUGIN (PSM_KIND_TASK, "lm",

@@ -212,8 +212,14 @@ rw_token_text (void *self, const PsmBatch *batch, int b, int32_t id)
 }
 
 static const PsmTaskClass klass = {
-  sizeof (PsmTaskClass), rw_create, rw_destroy, rw_info, rw_train_batch,
-  rw_n_examples, rw_eval_batch, rw_token_text, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+  .size = sizeof (PsmTaskClass),
+  .create = rw_create,
+  .destroy = rw_destroy,
+  .info = rw_info,
+  .train_batch = rw_train_batch,
+  .n_examples = rw_n_examples,
+  .eval_batch = rw_eval_batch,
+  .token_text = rw_token_text,
 };
 
 PSM_PLUGIN (PSM_KIND_TASK, "rarest_word",
