@@ -164,11 +164,11 @@ psm_model_decode_texts (PsmModel *m, const char *const *texts, int n, const PsmE
       ok = eval_sequences (m, PSM_SPLIT_TEST, &m->batch, opt, FALSE, NULL, NULL, &gate_sum, &gate_n, NULL, error);
     }
     if (ok && opt->progress)
-      fprintf (stderr, "\rdecoded %d/%d  %.2f articles/s   ", start + B, n,
+      psm_out (PSM_OUT_PROGRESS, "decoded %d/%d  %.2f articles/s", start + B, n,
                (start + B) / MAX (g_timer_elapsed (timer, NULL), 1e-9));
   }
   if (opt->progress)
-    fprintf (stderr, "\n");
+    psm_out (PSM_OUT_PROGRESS_END, "%s", "");
   g_timer_destroy (timer);
   eval_packed (m->g, FALSE);
   return ok;
@@ -396,13 +396,13 @@ psm_model_evaluate (PsmModel *m, PsmSplit split, const PsmEvalOptions *opt, PsmE
                            res->decode_phases, error);
       if (ok && opt && opt->progress) {
         double t = g_timer_elapsed (timer, NULL);
-        fprintf (stderr, "\rdecoded %ld/%ld  %.2f articles/s   ", start + B, n, (start + B) / MAX (t, 1e-9));
+        psm_out (PSM_OUT_PROGRESS, "decoded %ld/%ld  %.2f articles/s", start + B, n, (start + B) / MAX (t, 1e-9));
       }
     }
     res->n_examples += b->B;
   }
   if (m->dk && score && opt && opt->progress)
-    fprintf (stderr, "\n");
+    psm_out (PSM_OUT_PROGRESS_END, "%s", "");
   m->carry_mode = 0;
   if (reorder && ok) {
     reorder_score (m, split, reorder);

@@ -659,4 +659,8 @@ typedef struct {
 gboolean psm_beam_search (const PsmBeamConfig *cfg, int B, const PsmBeamFns *f, PsmHyp *out, GError **error);
 void psm_hyp_clear (PsmHyp *h);
 
+/* What the library reports (psm-out.c): to the program's psm_set_output
+ * function, formatted as printf would; never printed by the library. */
+void psm_out (PsmOutKind kind, const char *fmt, ...) G_GNUC_PRINTF (2, 3);
+
 #endif

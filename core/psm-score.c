@@ -184,10 +184,10 @@ psm_score_files (const char *const *metrics, const char *const *sets, const char
     const PsmMetricClass *k = plug[i]->desc->klass;
     PsmMetricReport rep = { 0 };
     k->report (inst[i], &rep);
-    printf ("%s (%u summaries):", metrics[i], nh);
+    psm_out (PSM_OUT_RESULT, "%s (%u summaries):", metrics[i], nh);
     for (int v = 0; v < rep.n; v++)
-      printf ("  %s %.2f", rep.names[v], rep.values[v]);
-    printf ("\n");
+      psm_out (PSM_OUT_RESULT, "  %s %.2f", rep.names[v], rep.values[v]);
+    psm_out (PSM_OUT_RESULT, "\n");
   }
   for (int i = 0; i < nm; i++) {
     if (inst[i])

@@ -74,7 +74,7 @@ psm_run_print_eval (const char *what, long step, const PsmEvalResult *r, gboolea
     for (int k = 0; k < r->metrics[i].n; k++)
       g_string_append_printf (s, "  %s %.4f", r->metrics[i].names[k], r->metrics[i].values[k]);
   g_string_append_printf (s, "  (%ld examples)%s", r->n_examples, best ? "  * best" : "");
-  printf ("%s\n", s->str);
+  psm_out (PSM_OUT_RESULT, "%s\n", s->str);
   fflush (stdout);
   g_string_free (s, TRUE);
 }
@@ -164,13 +164,13 @@ psm_train_phases (PsmPipeline **pl, PsmModel **m, PsmTrainOptions *opt, GError *
   if (opt->stop_after > 0 && left <= 0) {
     opt->stopped = -1;
     if (!opt->quiet)
-      printf ("stopped at the end of phase one (--stop-after): continue with --resume\n");
+      psm_out (PSM_OUT_RESULT, "stopped at the end of phase one (--stop-after): continue with --resume\n");
     return TRUE;
   }
   if (!enter_phase_two (pl, m, FALSE, error))
     return FALSE;
   if (!opt->quiet)
-    printf ("second phase (continue.set): %" G_GINT64_FORMAT " more steps from %s/phase1.ckpt\n",
+    psm_out (PSM_OUT_RESULT, "second phase (continue.set): %" G_GINT64_FORMAT " more steps from %s/phase1.ckpt\n",
             psm_section_int (psm_pipeline_section (*pl, "continue"), "steps"), psm_pipeline_run_dir (*pl));
   PsmTrainOptions o2 = *opt;
   o2.resume = TRUE;
@@ -206,7 +206,7 @@ psm_run_check_phases (PsmPipeline **pl, PsmModel **m, GError **error)
     return FALSE;
   if (!psm_pipeline_has_continue (*pl))
     return TRUE;
-  printf ("check: the second phase (continue.set)\n");
+  psm_out (PSM_OUT_RESULT, "check: the second phase (continue.set)\n");
   return enter_phase_two (pl, m, TRUE, error) && psm_run_check (*m, error);
 }
 
@@ -319,7 +319,7 @@ psm_run_decode_input (PsmModel *m, const char *input, gboolean json, GError **er
     ok = FALSE;
   }
   if (ok)
-    fprintf (stderr, "psm-run: decoded %d text%s with %s (step %ld)\n", n, n == 1 ? "" : "s", path, meta.step);
+    psm_out (PSM_OUT_NOTE, "psm-run: decoded %d text%s with %s (step %ld)\n", n, n == 1 ? "" : "s", path, meta.step);
   g_strfreev (lines);
   g_free (path);
   return ok;
@@ -336,7 +336,7 @@ print_examples (const char *out_path, const char *ref_path, int n)
   }
   char **h = g_strsplit (a, "\n", n + 1), **r = g_strsplit (b, "\n", n + 1);
   for (int i = 0; i < n && h[i] && r[i] && (*h[i] || *r[i]); i++)
-    printf ("example %d\n  summary:   %s\n  reference: %s\n", i + 1, h[i], r[i]);
+    psm_out (PSM_OUT_RESULT, "example %d\n  summary:   %s\n  reference: %s\n", i + 1, h[i], r[i]);
   g_strfreev (h);
   g_strfreev (r);
   g_free (a);
@@ -384,7 +384,7 @@ psm_run_eval (PsmModel *m, PsmSplit split, gboolean write_decodes, gboolean json
     psm_run_print_eval (what, meta.step, &r, FALSE);
     g_free (what);
     if (seq)
-      printf ("%ld articles in %.1f s (%.2f articles/s, beam %d%s)%s", r.n_examples, r.decode_seconds,
+      psm_out (PSM_OUT_RESULT, "%ld articles in %.1f s (%.2f articles/s, beam %d%s)%s", r.n_examples, r.decode_seconds,
               r.n_examples / MAX (r.decode_seconds, 1e-9),
               (int) psm_section_int (psm_pipeline_section (pl, "decode"), "beam"),
               strcmp (psm_section_string (psm_pipeline_section (pl, "decode"), "precision"), "bf16") ? ""
@@ -392,15 +392,15 @@ psm_run_eval (PsmModel *m, PsmSplit split, gboolean write_decodes, gboolean json
                                   : ", bf16 operands on the single-precision kernel (no AMX here)",
               isnan (r.mean_gate) ? "\n" : "");
     if (seq && !isnan (r.mean_gate))
-      printf (", mean p_gen %.3f\n", r.mean_gate);
+      psm_out (PSM_OUT_RESULT, ", mean p_gen %.3f\n", r.mean_gate);
     double dec = r.decode_phases[0] + r.decode_phases[1] + r.decode_phases[2] + r.decode_phases[3];
     if (seq && dec > 0 && r.n_examples > 0)
-      printf ("decoding %.4f s an article: encoder %.1f%%, decoder steps %.1f%%, output layer %.1f%%, beam search "
+      psm_out (PSM_OUT_RESULT, "decoding %.4f s an article: encoder %.1f%%, decoder steps %.1f%%, output layer %.1f%%, beam search "
               "%.1f%%; source padding %.1f%%\n", dec / r.n_examples, 100 * r.decode_phases[0] / dec,
               100 * r.decode_phases[1] / dec, 100 * r.decode_phases[2] / dec, 100 * r.decode_phases[3] / dec,
               100 * r.decode_padding);
     if (!seq && !isnan (r.mean_gate))
-      printf ("mean gate (probability of the vocabulary softmax) %.4f over %ld words\n", r.mean_gate, r.n_examples);
+      psm_out (PSM_OUT_RESULT, "mean gate (probability of the vocabulary softmax) %.4f over %ld words\n", r.mean_gate, r.n_examples);
     char *log_path = g_build_filename (dir, "log.jsonl", NULL);
     FILE *log = psm_fopen_nofollow (log_path, "a");
     if (!log) {
@@ -413,13 +413,13 @@ psm_run_eval (PsmModel *m, PsmSplit split, gboolean write_decodes, gboolean json
     g_free (log_path);
     if (ok && out_path && seq) {
       print_examples (out_path, ref_path, 2);
-      printf ("summaries written to %s (references: %s%s%s)\n", out_path, ref_path, json_path ? "; per token: " : "",
+      psm_out (PSM_OUT_RESULT, "summaries written to %s (references: %s%s%s)\n", out_path, ref_path, json_path ? "; per token: " : "",
               json_path ? json_path : "");
     }
     else if (ok && out_path && psm_model_streams (m))
-      printf ("per-word records written to %s (index<TAB>word<TAB>log p<TAB>gate)\n", out_path);
+      psm_out (PSM_OUT_RESULT, "per-word records written to %s (index<TAB>word<TAB>log p<TAB>gate)\n", out_path);
     else if (ok && out_path)
-      printf ("decodes written to %s (hypothesis<TAB>reference)\n", out_path);
+      psm_out (PSM_OUT_RESULT, "decodes written to %s (hypothesis<TAB>reference)\n", out_path);
   }
   g_free (ref_path);
   g_free (json_path);
@@ -443,7 +443,7 @@ psm_run_check (PsmModel *m, GError **error)
   PsmParams *params = psm_model_params (m);
   PsmGraph *g = psm_model_graph (m);
   PsmBatch *batch = psm_model_batch (m);
-  printf ("check %s: pipeline valid, model built (%zu parameters)\n", psm_pipeline_file (pl),
+  psm_out (PSM_OUT_RESULT, "check %s: pipeline valid, model built (%zu parameters)\n", psm_pipeline_file (pl),
           psm_params_size (params));
 
   /* A few steps on one small batch: the loss must stay finite and fall. */
@@ -491,7 +491,7 @@ psm_run_check (PsmModel *m, GError **error)
   }
   /* the lowest loss, not the last: plain SGD at a language model's usual
    * rate can overshoot on a single small batch after it has fallen */
-  printf ("check: %d steps on one batch of %d: loss %.4f -> %.4f (lowest; last %.4f)\n", steps, B, first, best,
+  psm_out (PSM_OUT_RESULT, "check: %d steps on one batch of %d: loss %.4f -> %.4f (lowest; last %.4f)\n", steps, B, first, best,
           lastv);
   if (!(best < first)) {
     psm_optim_free (optim);
@@ -507,7 +507,7 @@ psm_run_check (PsmModel *m, GError **error)
       psm_optim_free (optim);
       return check_fail (error, "the MPI ranks' parameters differ after the same updates");
     }
-    printf ("check: %d MPI ranks, each on its share of the batch: parameters identical on every rank\n", nr);
+    psm_out (PSM_OUT_RESULT, "check: %d MPI ranks, each on its share of the batch: parameters identical on every rank\n", nr);
   }
 
   /* Decode/evaluate the (tiny) validation split. */
@@ -548,7 +548,7 @@ psm_run_check (PsmModel *m, GError **error)
     if (ok && r2.loss != r.loss)
       ok = check_fail (error, "validation loss differs after the checkpoint round-trip");
     if (ok)
-      printf ("check: checkpoint round-trip exact (%zu floats)\n", n);
+      psm_out (PSM_OUT_RESULT, "check: checkpoint round-trip exact (%zu floats)\n", n);
   }
   g_unlink (path);
   g_rmdir (tmpdir);
@@ -557,6 +557,6 @@ psm_run_check (PsmModel *m, GError **error)
   g_free (saved);
   psm_optim_free (optim);
   if (ok)
-    printf ("check: OK\n");
+    psm_out (PSM_OUT_RESULT, "check: OK\n");
   return ok;
 }

@@ -295,7 +295,7 @@ psm_read_text_pairs (const char *path, const char *path2, const char *const keys
     ok = FALSE;
   }
   if (ok && n_bad && !quiet)
-    fprintf (stderr, "%s: %s: skipped %ld bad record%s (line%s %s%s; first: %s)\n", who, path, n_bad,
+    psm_out (PSM_OUT_NOTE, "%s: %s: skipped %ld bad record%s (line%s %s%s; first: %s)\n", who, path, n_bad,
              n_bad > 1 ? "s" : "", n_bad > 1 ? "s" : "", bad_lines->str, n_bad > 5 ? ", ..." : "", first_why);
   if (ok && fa->len == 0) {
     char *what = n_bad ? g_strdup_printf ("%ld bad record%s, line%s %s%s; first: %s", n_bad, n_bad > 1 ? "s" : "",

@@ -267,7 +267,7 @@ on_nonfinite (Trainer *t, long step, const char *what, double v, long *next, GEr
   const char *kind = isnan (v) ? "NaN" : "infinite";
   psm_params_zero_grad (t->params);
   if (t->opt->progress && !t->opt->quiet)
-    fprintf (stderr, "\n");
+    psm_out (PSM_OUT_PROGRESS_END, "%s", "");
   if (t->on_nonfinite == NONFINITE_STOP || t->nonfinite_seen >= t->nonfinite_max) {
     char *kept = kept_msg (t);
     if (t->on_nonfinite == NONFINITE_STOP)
@@ -301,12 +301,12 @@ on_nonfinite (Trainer *t, long step, const char *what, double v, long *next, GEr
     g_free (rec);
   }
   if (ok && t->rank0)
-    fprintf (stderr, "psm-run: step %ld: training %s is %s (%s); %s (%ld of at most %ld)\n", step + 1, what, kind,
+    psm_out (PSM_OUT_NOTE, "psm-run: step %ld: training %s is %s (%s); %s (%ld of at most %ld)\n", step + 1, what, kind,
              where,
              t->on_nonfinite == NONFINITE_SKIP ? "update skipped" : "rolled back",
              t->nonfinite_seen, t->nonfinite_max);
   if (ok && t->rank0 && t->on_nonfinite == NONFINITE_ROLLBACK)
-    fprintf (stderr, "psm-run: back at step %ld from %s, learning rate now %g\n", t->meta.step, t->last,
+    psm_out (PSM_OUT_NOTE, "psm-run: back at step %ld from %s, learning rate now %g\n", t->meta.step, t->last,
              psm_optim_lr (t->optim, *next));
   g_free (where);
   t->win_loss = t->win_tokens = 0.0;
@@ -367,7 +367,7 @@ tidy_run_folder (Trainer *t, GError **error)
       g_unlink (tmp);
     g_free (tmp);
     if (ok && !t->opt->quiet)
-      printf ("%s: dropped %ld record%s past step %ld (the checkpoint's)\n", t->log_path, dropped,
+      psm_out (PSM_OUT_RESULT, "%s: dropped %ld record%s past step %ld (the checkpoint's)\n", t->log_path, dropped,
               dropped == 1 ? "" : "s", t->meta.step);
   }
   g_string_free (kept, TRUE);
@@ -447,11 +447,11 @@ trainer_open (Trainer *t, GError **error)
     t->have_best = g_file_test (t->best_path, G_FILE_TEST_EXISTS) && !isnan (t->meta.best_metric);
     psm_optim_set_lr_scale (t->optim, t->meta.lr_scale);
     if (!t->opt->quiet)
-      printf ("resumed %s at step %ld\n", t->last, t->meta.step);
+      psm_out (PSM_OUT_RESULT, "resumed %s at step %ld\n", t->last, t->meta.step);
     if (t->rank0 && !tidy_run_folder (t, error))
       return FALSE;
     if (psm_model_streams (t->m) && !t->meta.stream)
-      fprintf (stderr, "psm-run: note: %s holds no state of the training streams (written before checkpoint "
+      psm_out (PSM_OUT_NOTE, "psm-run: note: %s holds no state of the training streams (written before checkpoint "
                "version 4): the streams start again from the first segment, so the resumed run differs from an "
                "uninterrupted one\n", t->last);
   } else if (t->rank0) {
@@ -520,11 +520,11 @@ validate (Trainer *t, long done, PsmProfile *prof, gboolean *stop, gboolean *non
   if (!save_last (t, error))
     return FALSE;
   if (t->opt->progress && !t->opt->quiet)
-    fprintf (stderr, "\n");
+    psm_out (PSM_OUT_PROGRESS_END, "%s", "");
   if (!t->opt->quiet)
     psm_run_print_eval ("valid", done, &r, is_best);
   if (!t->opt->quiet && t->plateau < 1.0 && worse)
-    printf ("validation worse than the one before: learning rate now %g\n", psm_optim_lr (t->optim, done));
+    psm_out (PSM_OUT_RESULT, "validation worse than the one before: learning rate now %g\n", psm_optim_lr (t->optim, done));
   return TRUE;
 }
 
@@ -541,7 +541,7 @@ log_progress (Trainer *t, long done, double lv, double tok, double gnorm, GError
   if (t->opt->progress && !t->opt->quiet && now - t->t_live >= 0.5 && done % t->log_every != 0) {
     progress_text (line, sizeof line, done, t->steps, t->start_step, now, t->win_loss / t->win_n,
                    now > t->t_win ? t->win_tokens / (now - t->t_win) : 0.0);
-    fprintf (stderr, "\r%s   ", line);
+    psm_out (PSM_OUT_PROGRESS, "%s", line);
     t->t_live = now;
   }
   if (done % t->log_every == 0 || done == t->steps) {
@@ -557,9 +557,9 @@ log_progress (Trainer *t, long done, double lv, double tok, double gnorm, GError
       return FALSE;
     if (!t->opt->quiet) {
       if (t->opt->progress)
-        fprintf (stderr, "\r%s   ", line);
+        psm_out (PSM_OUT_PROGRESS, "%s", line);
       else
-        printf ("%s\n", line);
+        psm_out (PSM_OUT_RESULT, "%s\n", line);
       fflush (stdout);
     }
     t->win_loss = t->win_tokens = 0.0;
@@ -657,7 +657,7 @@ trainer_loop (Trainer *t, PsmProfile *prof, GError **error)
       saved = TRUE;
       if (stop) {
         if (!t->opt->quiet)
-          printf ("stopping at step %ld: %ld validations without improving on the best (train.patience)\n", done,
+          psm_out (PSM_OUT_RESULT, "stopping at step %ld: %ld validations without improving on the best (train.patience)\n", done,
                   t->meta.bad_evals);
         t->steps = done;
         break;
@@ -671,11 +671,11 @@ trainer_loop (Trainer *t, PsmProfile *prof, GError **error)
     }
     if (stop_now && done < t->steps) {
       if (t->opt->progress && !t->opt->quiet)
-        fprintf (stderr, "\n");
+        psm_out (PSM_OUT_PROGRESS_END, "%s", "");
       int sig = stop_signal ? (int) stop_signal : stop_req ? SIGTERM : 0;   /* another rank's */
       t->opt->stopped = sig ? sig : -1;
       if (t->rank0 && (!t->opt->quiet || sig))
-        printf ("stopped at step %ld (%s): %s written; continue with --resume\n", done,
+        psm_out (PSM_OUT_RESULT, "stopped at step %ld (%s): %s written; continue with --resume\n", done,
                 sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "--stop-after",
                 t->last);
       t->steps = done;
@@ -710,18 +710,18 @@ psm_train (PsmModel *m, PsmTrainOptions *opt, GError **error)
   t->start_step = t->meta.step;
   if (t->meta.step >= t->steps) {
     if (!opt->quiet)
-      printf ("nothing to train: %s is at step %ld and train.steps is %ld (raise train.steps to go on)\n",
+      psm_out (PSM_OUT_RESULT, "nothing to train: %s is at step %ld and train.steps is %ld (raise train.steps to go on)\n",
               t->last, t->meta.step, t->steps);
     goto out;
   }
   if (t->patience > 0 && t->meta.bad_evals >= t->patience) {
     if (!opt->quiet)
-      printf ("nothing to train: %s stopped at step %ld after %ld validations without a new best (raise "
+      psm_out (PSM_OUT_RESULT, "nothing to train: %s stopped at step %ld after %ld validations without a new best (raise "
               "train.patience to go on)\n", t->last, t->meta.step, t->meta.bad_evals);
     goto out;
   }
   if (!opt->quiet)
-    printf ("training %s: %ld steps of %d examples, %zu parameters, run folder %s%s\n",
+    psm_out (PSM_OUT_RESULT, "training %s: %ld steps of %d examples, %zu parameters, run folder %s%s\n",
             psm_pipeline_file (t->pl), t->steps, t->B, psm_params_size (t->params), t->dir,
             !psm_graph_bf16_train (psm_model_graph (m)) ? ""
             : psm_amx_usable () ? " (train.precision bf16: products on AMX tiles)"
@@ -729,7 +729,7 @@ psm_train (PsmModel *m, PsmTrainOptions *opt, GError **error)
                                   "kernel, slower than fp32)");
   char *hosts = psm_dist_hosts ();   /* collective: every rank */
   if (hosts && !opt->quiet)
-    printf ("%s\n", hosts);
+    psm_out (PSM_OUT_RESULT, "%s\n", hosts);
   g_free (hosts);
   PsmGraph *g = psm_model_graph (m);
   PsmProfile *prof = opt->profile ? g_new0 (PsmProfile, 1) : NULL;
@@ -739,9 +739,9 @@ psm_train (PsmModel *m, PsmTrainOptions *opt, GError **error)
   opt->trained = t->steps - t->start_step;
   if (ok && !opt->quiet) {
     double secs = g_timer_elapsed (t->timer, NULL);
-    printf ("trained %ld steps in %.1f s\n", t->steps - t->start_step, secs);
+    psm_out (PSM_OUT_RESULT, "trained %ld steps in %.1f s\n", t->steps - t->start_step, secs);
     if (t->nranks > 1)
-      printf ("%d MPI ranks: %.3f s a step in the gradient allreduce (%zu floats), %.1f %% of the training time\n",
+      psm_out (PSM_OUT_RESULT, "%d MPI ranks: %.3f s a step in the gradient allreduce (%zu floats), %.1f %% of the training time\n",
               t->nranks, t->t_reduce / MAX (t->steps - t->start_step, 1), psm_params_size (t->params),
               100.0 * t->t_reduce / MAX (secs, 1e-9));
   }

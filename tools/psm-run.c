@@ -237,12 +237,35 @@ fail (GError *e)
 
 static int run (int argc, char **argv);
 
+/* The library's reports (psm_set_output): results and the steps of a run
+ * on standard output, notes on standard error, the live progress line on
+ * standard error, rewritten in place with a carriage return. */
+static void
+print_output (PsmOutKind kind, const char *text, void *user_data)
+{
+  switch (kind) {
+  case PSM_OUT_RESULT:
+    fputs (text, stdout);
+    break;
+  case PSM_OUT_NOTE:
+    fputs (text, stderr);
+    break;
+  case PSM_OUT_PROGRESS:
+    fprintf (stderr, "\r%s   ", text);
+    break;
+  case PSM_OUT_PROGRESS_END:
+    fputs ("\n", stderr);
+    break;
+  }
+}
+
 /* Under mpirun: one rank's failure ends the whole job (the others would
  * wait for it in the next allreduce); rank 0 alone prints results. */
 int
 main (int argc, char **argv)
 {
   GError *e = NULL;
+  psm_set_output (print_output, NULL);
   if (!psm_dist_init (&argc, &argv, &e))
     return fail (e);
   if (psm_dist_rank () != 0 && !freopen ("/dev/null", "w", stdout))
