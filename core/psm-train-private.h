@@ -1,0 +1,55 @@
+/* psm-train-private.h — what the training loop (psm-train.c) and the
+ * trainer's state and recovery (psm-train-state.c) share. */
+#ifndef PSM_TRAIN_PRIVATE_H
+#define PSM_TRAIN_PRIVATE_H
+#include "config.h"
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <glib/gstdio.h>
+#include "psm-private.h"
+#include "psm/psm-pipeline.h"
+
+typedef enum { NONFINITE_STOP, NONFINITE_SKIP, NONFINITE_ROLLBACK } NonfinitePolicy;
+
+typedef struct {
+  PsmModel *m;
+  PsmPipeline *pl;
+  PsmTrainOptions *opt;
+  PsmParams *params;
+  PsmOptim *optim;
+  const char *dir;
+  char *last, *best_path, *log_path, *cfg_path;
+  FILE *log;
+  PsmCheckpointMeta meta;
+  gboolean have_best;
+  gboolean rank0;          /* writes logs, checkpoints and outputs */
+  int nranks;              /* MPI ranks sharing every batch */
+  double t_reduce;         /* seconds in the gradient allreduce */
+  /* settings */
+  long steps, eval_every, log_every, valid_n, patience, ckpt_every;
+  int B;
+  double clip, plateau;
+  NonfinitePolicy on_nonfinite;
+  long nonfinite_max;
+  double rollback_factor;
+  long nonfinite_seen;     /* skips and rollbacks in this process */
+  /* the log window */
+  double win_loss, win_tokens, t_win, t_live;
+  long win_n, start_step;
+  GTimer *timer;
+} Trainer;
+
+/* psm-train-state.c */
+G_GNUC_INTERNAL char *kept_msg (const Trainer *t);
+G_GNUC_INTERNAL gboolean log_record (Trainer *t, const char *rec, GError **error);
+G_GNUC_INTERNAL gboolean save_last (Trainer *t, GError **error);
+G_GNUC_INTERNAL gboolean on_nonfinite (Trainer *t, long step, const char *what, double v, long *next, GError **error);
+G_GNUC_INTERNAL gboolean trainer_settings (Trainer *t);
+G_GNUC_INTERNAL gboolean trainer_open (Trainer *t, GError **error);
+
+#endif
