@@ -49,6 +49,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <psm/psm.h>
+#include "headline-text.h"
 
 #define N_SPECIAL 4
 enum { PAD, UNK, BOS, EOS };
@@ -96,117 +97,6 @@ static const PsmParamSpec params[] = {
     "article sentences a CNN/DM source holds (Zeng et al. §3.1.3); each source token gets its sentence number", NULL },
   PSM_PARAM_END
 };
-
-/* ---- text ---- */
-
-/* Rush et al.'s form of one token, appended to s. */
-static void
-gigaword_token (GString *s, const char *w)
-{
-  static const char *const br[][2] = { { "(", "-lrb-" }, { ")", "-rrb-" }, { "[", "-lsb-" },
-                                       { "]", "-rsb-" }, { "{", "-lcb-" }, { "}", "-rcb-" } };
-  for (guint i = 0; i < G_N_ELEMENTS (br); i++)
-    if (strcmp (w, br[i][0]) == 0) {
-      g_string_append (s, br[i][1]);
-      return;
-    }
-  for (const char *p = w; *p; p++)
-    g_string_append_c (s, g_ascii_isdigit (*p) ? '#' : *p);
-}
-
-/* The tokens of a text (GPtrArray of strings), styled; a title loses a
- * final "." under the gigaword style. */
-static GPtrArray *
-tokens (const Headline *t, const char *text, gboolean title)
-{
-  char **tok = g_strsplit_set (text, " \t\r\n\f\v", -1);
-  GPtrArray *w = g_ptr_array_new_with_free_func (g_free);
-  GString *s = g_string_new (NULL);
-  for (char **p = tok; *p; p++) {
-    if (!**p)
-      continue;
-    if (!t->gigaword) {
-      g_ptr_array_add (w, g_strdup (*p));
-      continue;
-    }
-    g_string_truncate (s, 0);
-    char *bar = t->mode == P_ENTITY ? strrchr (*p, '|') : NULL;
-    if (bar && bar != *p) {   /* style the word, keep the tag */
-      *bar = '\0';
-      gigaword_token (s, *p);
-      g_string_append_c (s, '|');
-      g_string_append (s, bar + 1);
-    } else {
-      gigaword_token (s, *p);
-    }
-    g_ptr_array_add (w, g_strdup (s->str));
-  }
-  if (title && t->gigaword && w->len > 1 && strcmp (w->pdata[w->len - 1], ".") == 0)
-    g_ptr_array_set_size (w, w->len - 1);
-  g_string_free (s, TRUE);
-  g_strfreev (tok);
-  return w;
-}
-
-/* Entity anonymisation of one document in place: word|TAG (TAG not O)
- * becomes @entity<k>, k by first appearance of the word over source then
- * title; other tokens lose any |O. */
-static void
-anonymise (GPtrArray *src, GPtrArray *tgt)
-{
-  GHashTable *ids = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, NULL);
-  GPtrArray *side[2] = { src, tgt };
-  for (int k = 0; k < 2; k++)
-    for (guint i = 0; i < side[k]->len; i++) {
-      char *tok = side[k]->pdata[i], *bar = strrchr (tok, '|');
-      if (!bar || bar == tok)
-        continue;
-      *bar = '\0';
-      const char *tag = bar + 1;
-      if (!*tag || strcmp (tag, "O") == 0)
-        continue;   /* the word alone */
-      gpointer v = g_hash_table_lookup (ids, tok);
-      int id = v ? GPOINTER_TO_INT (v) : (int) g_hash_table_size (ids) + 1;
-      if (!v)
-        g_hash_table_insert (ids, g_strdup (tok), GINT_TO_POINTER (id));
-      side[k]->pdata[i] = g_strdup_printf ("@entity%d", id);
-      g_free (tok);
-    }
-  g_hash_table_destroy (ids);
-}
-
-static char *
-join (GPtrArray *w)
-{
-  GString *s = g_string_new (NULL);
-  for (guint i = 0; i < w->len; i++)
-    g_string_append_printf (s, "%s%s", i ? " " : "", (char *) w->pdata[i]);
-  return g_string_free (s, FALSE);
-}
-
-static gboolean
-ends_sentence (const char *w)
-{
-  return strcmp (w, ".") == 0 || strcmp (w, "!") == 0 || strcmp (w, "?") == 0;
-}
-
-/* The first n sentences of a tokenised text: up to and including the n-th
- * . ! or ? token (all of it if there are fewer). */
-static char *
-lead_sentences (const char *text, int n)
-{
-  char **tok = g_strsplit_set (text, " \t\r\n", -1);
-  GString *s = g_string_new (NULL);
-  for (char **p = tok; *p; p++) {
-    if (!**p)
-      continue;
-    g_string_append_printf (s, "%s%s", s->len ? " " : "", *p);
-    if (ends_sentence (*p) && --n == 0)
-      break;
-  }
-  g_strfreev (tok);
-  return g_string_free (s, FALSE);
-}
 
 /* ---- reading ---- */
 
@@ -256,12 +146,13 @@ read_pairs (Headline *t, const char *path, long max, Pairs *out, GError **error)
   out->src = g_ptr_array_new_with_free_func ((GDestroyNotify) g_ptr_array_unref);
   out->tgt = g_ptr_array_new_with_free_func ((GDestroyNotify) g_ptr_array_unref);
   for (guint i = 0; ok && i < a->len; i++) {
-    char *src = jsonl ? lead_sentences (a->pdata[i], t->sentences) : g_strdup (a->pdata[i]);
+    char *src = jsonl ? headline_lead (a->pdata[i], t->sentences) : g_strdup (a->pdata[i]);
     char *nl = jsonl ? strchr (b->pdata[i], '\n') : NULL;
     char *tgt = nl ? g_strndup (b->pdata[i], nl - (char *) b->pdata[i]) : g_strdup (b->pdata[i]);
-    GPtrArray *ws = tokens (t, src, FALSE), *wt = tokens (t, tgt, TRUE);
+    GPtrArray *ws = headline_tokens (src, t->gigaword, t->mode == P_ENTITY, FALSE),
+              *wt = headline_tokens (tgt, t->gigaword, t->mode == P_ENTITY, TRUE);
     if (t->mode == P_ENTITY)
-      anonymise (ws, wt);
+      headline_anonymise (ws, wt);
     g_ptr_array_add (out->src, ws);
     g_ptr_array_add (out->tgt, wt);
     g_free (src);
@@ -320,7 +211,7 @@ fill_split (Headline *t, Split *s, Pairs *p)
   s->x = psm_examples_new (PSM_EXAMPLES_MAPPED);
   for (guint e = 0; e < p->src->len; e++) {
     GPtrArray *ws = p->src->pdata[e], *wt = p->tgt->pdata[e];
-    char *st = join (ws), *tt = join (wt);
+    char *st = headline_join (ws), *tt = headline_join (wt);
     psm_examples_begin (s->x, st, tt);
     g_free (st);
     g_free (tt);
@@ -329,7 +220,7 @@ fill_split (Headline *t, Split *s, Pairs *p)
       /* the sentence: the . ! or ? tokens before this one */
       psm_examples_add_source (s->x, psm_vocab_add (t->sv, ws->pdata[i]), psm_vocab_id (t->tv, ws->pdata[i]),
                                MIN (seg, t->sentences - 1));
-      seg += ends_sentence (ws->pdata[i]);
+      seg += headline_ends_sentence (ws->pdata[i]);
     }
     for (int i = 0; i < nt; i++) {
       const char *y = wt->pdata[i];
@@ -555,7 +446,7 @@ hl_text_batch (void *self, const char *const *texts, int n, PsmBatch *out, GErro
   t->mode = P_NONE;
   for (int i = 0; i < n; i++) {
     char *tok = psm_tokenize_ptb (texts[i]);
-    GPtrArray *ws = tokens (t, tok, FALSE);
+    GPtrArray *ws = headline_tokens (tok, t->gigaword, FALSE, FALSE);
     for (guint k = 0; k < ws->len; k++)
       if (strlen (ws->pdata[k]) > PSM_MAX_WORD_BYTES) {
         g_free (ws->pdata[k]);
