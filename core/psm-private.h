@@ -319,6 +319,9 @@ void psm_gemm_packed (int M, int N, int K, const float *A, int lda, const float 
  * without gradients, where the wide kernel is built, any number:
  * psm_packed_rows_ok). */
 #define PSM_PACKED_MAX_ROWS 64
+/* The attention ops (additive.c, attention.c) split their rows over threads
+ * when rows x positions x features reach this much work. */
+#define PSM_ATTN_PAR(R, T, C) ((long) (R) * (T) * (C) >= 32768)
 
 /* Beam expansion (decoding): the core repeats each article's annotations
  * and attention memo once per beam ([T, B K, C] from [T, B, C]) for the
