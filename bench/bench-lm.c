@@ -258,7 +258,7 @@ main (int argc, char **argv)
     double skipped = 0.0;
     long rows = 0, proj = 0;
     for (int start = 0;; start++) {
-      if (!tk->eval_batch (task, PSM_SPLIT_TEST, start, EB, b, &e))
+      if (!psm_task_eval_batch (tk, task, PSM_SPLIT_TEST, start, EB, b, &e))
         die (e);
       if (b->T == 0)
         break;

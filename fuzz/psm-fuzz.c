@@ -310,7 +310,7 @@ run_task_in (const char *name, const char *cfg, const char *run_dir, gboolean te
       psm_rng_seed (&rng, 3);
       gboolean trains = k->n_examples (t, PSM_SPLIT_TRAIN) > 0 || info.streams;
       for (int i = 0; i < 3 && trains; i++) {
-        if (!k->train_batch (t, 2, &rng, &b, &e)) {
+        if (!psm_task_train_batch (k, t, 2, &rng, &b, &e)) {
           g_clear_error (&e);
           break;
         }
@@ -320,7 +320,7 @@ run_task_in (const char *name, const char *cfg, const char *run_dir, gboolean te
         long n = k->n_examples (t, (PsmSplit) s);
         if (n <= 0 && !info.streams)
           continue;
-        if (k->eval_batch (t, (PsmSplit) s, 0, (int) MIN (MAX (n, 1), 3), &b, &e))
+        if (psm_task_eval_batch (k, t, (PsmSplit) s, 0, (int) MIN (MAX (n, 1), 3), &b, &e))
           must_hold (psm_batch_validate (&b, &info, 3, name, &e), &e);
         g_clear_error (&e);
       }
