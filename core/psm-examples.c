@@ -1,9 +1,10 @@
 /* psm-examples.c — the examples store of the sequence-to-sequence tasks and
  * their batches (psm-examples.h). Tokens are kept in flat arrays with one
- * offset a example a side: int32 ids, and only what a task gives beyond
+ * offset an example a side: int32 ids, and only what a task gives beyond
  * them (target-table ids for PSM_EXAMPLES_MAPPED; sentence numbers from
- * the first non-zero one on), so a corpus of 100 million source tokens
- * costs 400 MB, not more. */
+ * the first non-zero one on; switch and pointer position from the first
+ * pointed target on), so a token of a summarisation corpus costs 4 bytes
+ * as the ids alone would. */
 #include <string.h>
 #include "psm-private.h"
 #include "psm/psm-examples.h"
@@ -15,8 +16,8 @@ struct PsmExamples {
   GArray *src, *tgt;            /* int32 global ids */
   GArray *src_tid;              /* int32 target-table ids (MAPPED only) */
   GArray *seg;                  /* guint8 sentence numbers; NULL while all are 0 */
-  GArray *gen;                  /* float, per target token */
-  GArray *loc;                  /* int32, per target token */
+  GArray *gen;                  /* float, per target token; NULL while all are 1 */
+  GArray *loc;                  /* int32, per target token; NULL while all are -1 */
   GPtrArray *src_text, *ref_text;
   int n;
 };
@@ -31,8 +32,6 @@ psm_examples_new (PsmExamplesSourceExt ext)
   x->src = g_array_new (FALSE, FALSE, sizeof (int32_t));
   x->tgt = g_array_new (FALSE, FALSE, sizeof (int32_t));
   x->src_tid = ext == PSM_EXAMPLES_MAPPED ? g_array_new (FALSE, FALSE, sizeof (int32_t)) : NULL;
-  x->gen = g_array_new (FALSE, FALSE, sizeof (float));
-  x->loc = g_array_new (FALSE, FALSE, sizeof (int32_t));
   x->src_text = g_ptr_array_new_with_free_func (g_free);
   x->ref_text = g_ptr_array_new_with_free_func (g_free);
   int32_t zero = 0;
@@ -92,8 +91,20 @@ psm_examples_add_target (PsmExamples *x, int32_t id, float gen, int32_t loc)
 {
   g_return_if_fail (x->n > 0);
   g_array_append_val (x->tgt, id);
-  g_array_append_val (x->gen, gen);
-  g_array_append_val (x->loc, loc);
+  if ((gen != 1.0f || loc != -1) && !x->gen) {   /* the first pointed target: keep them from here on */
+    x->gen = g_array_sized_new (FALSE, FALSE, sizeof (float), x->tgt->len);
+    x->loc = g_array_sized_new (FALSE, FALSE, sizeof (int32_t), x->tgt->len);
+    float one = 1.0f;
+    int32_t none = -1;
+    for (guint i = 0; i + 1 < x->tgt->len; i++) {
+      g_array_append_val (x->gen, one);
+      g_array_append_val (x->loc, none);
+    }
+  }
+  if (x->gen) {
+    g_array_append_val (x->gen, gen);
+    g_array_append_val (x->loc, loc);
+  }
 }
 
 int
@@ -162,9 +173,11 @@ psm_examples_fill (const PsmExamples *x, const PsmExampleWords *w, const int *id
   }
   psm_batch_reserve (b, B, T, Ty);
   b->ext_base = w->ext_base;
+  if (!x)   /* no store: no examples, and B is 0 */
+    return TRUE;
   const int32_t *src = (const int32_t *) x->src->data, *tgt = (const int32_t *) x->tgt->data;
-  const int32_t *loc = (const int32_t *) x->loc->data;
-  const float *gen = (const float *) x->gen->data;
+  const int32_t *loc = x->loc ? (const int32_t *) x->loc->data : NULL;
+  const float *gen = x->gen ? (const float *) x->gen->data : NULL;
   const guint8 *seg = x->seg ? (const guint8 *) x->seg->data : NULL;
   for (int i = 0; i < B; i++) {
     int e = idx[i], s0, s1, t0, t1;
@@ -186,8 +199,8 @@ psm_examples_fill (const PsmExamples *x, const PsmExampleWords *w, const int *id
       PSM_AT (b->tgt, b, k, i) = g < w->tgt_vocab ? g : w->unk;
       PSM_AT (b->tgt_ext, b, k, i) = g < w->tgt_vocab ? g : psm_batch_oov_id (b, psm_vocab_word (w->tgt_words, g));
       PSM_AT (b->tgt_mask, b, k, i) = 1.0f;
-      PSM_AT (b->tgt_switch, b, k, i) = k < nt ? gen[t0 + k] : 1.0f;
-      PSM_AT (b->tgt_loc, b, k, i) = k < nt ? loc[t0 + k] : -1;
+      PSM_AT (b->tgt_switch, b, k, i) = k < nt && gen ? gen[t0 + k] : 1.0f;
+      PSM_AT (b->tgt_loc, b, k, i) = k < nt && loc ? loc[t0 + k] : -1;
     }
   }
   return TRUE;

@@ -805,6 +805,8 @@ START_TEST (test_examples)
     ck_assert_int_eq (PSM_AT (b.tgt, &b, 1, 1), 1);   /* q: <unk> for the model ... */
     ck_assert_str_eq (psm_batch_oov_word (&b, PSM_AT (b.tgt_ext, &b, 1, 1)), "q");   /* ... itself outside */
     ck_assert_int_eq (PSM_AT (b.tgt_loc, &b, 1, 1), 2);
+    /* the first target, added before the store kept switches: generated, no position */
+    ck_assert (PSM_AT (b.tgt_switch, &b, 0, 1) == 1.0f && PSM_AT (b.tgt_loc, &b, 0, 1) == -1);
     ck_assert (PSM_AT (b.tgt_switch, &b, 1, 1) == 0.0f && PSM_AT (b.tgt_switch, &b, 2, 1) == 1.0f);
     ck_assert_int_eq (PSM_AT (b.tgt, &b, 2, 1), 3);   /* eos */
     ck_assert_int_eq (PSM_AT (b.tgt, &b, 0, 0), 3);   /* the empty target: eos alone */
@@ -816,6 +818,7 @@ START_TEST (test_examples)
     g_clear_error (&e);
     ck_assert (!psm_examples_fill (NULL, &words, idx, 1, &b, "t", &e));   /* no store: an empty split */
     g_clear_error (&e);
+    ck_assert (psm_examples_fill (NULL, &words, idx, 0, &b, "t", NULL) && b.B == 0);
     psm_batch_clear (&b);
     psm_examples_free (x);
   }
