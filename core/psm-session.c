@@ -154,6 +154,7 @@ psm_train_phases (PsmPipeline **pl, PsmModel **m, PsmTrainOptions *opt, GError *
   char *one = phase_one_path (*pl);
   gboolean in_two = opt->resume && g_file_test (one, G_FILE_TEST_EXISTS);
   g_free (one);
+  opt->phase = 1;
   if (!in_two && !psm_train (*m, opt, error))
     return FALSE;
   if (opt->stopped)   /* a signal or --stop-after in phase one: it goes on at --resume */
@@ -175,6 +176,7 @@ psm_train_phases (PsmPipeline **pl, PsmModel **m, PsmTrainOptions *opt, GError *
   PsmTrainOptions o2 = *opt;
   o2.resume = TRUE;
   o2.stop_after = left;
+  o2.phase = 2;
   gboolean ok = psm_train (*m, &o2, error);
   opt->stopped = o2.stopped;
   opt->trained += o2.trained;

@@ -19,14 +19,20 @@ fmt_duration (char *buf, size_t n, double s)
     g_snprintf (buf, n, "%dh%02dm", (int) s / 3600, ((int) s % 3600) / 60);
 }
 
-/* "step N/M  loss L  R tok/s  ETA T": the progress line and log line. */
+/* "[phase P/2  ]step N/M  loss L  U upd/s  R src+tgt tok/s  ETA T": the
+ * progress line and log line. loss: the mean over the updates since the
+ * last line; U, R: updates and tokens (source and target, padding left
+ * out) a second over that window. */
 static void
-progress_text (char *buf, size_t n, long done, long steps, long start_step, double elapsed,
-               double loss, double rate)
+progress_text (char *buf, size_t n, const Trainer *t, long done, double elapsed, double loss, double upd_rate,
+               double tok_rate)
 {
-  char eta[32];
-  fmt_duration (eta, sizeof eta, (double) (steps - done) * (elapsed / (double) (done - start_step)));
-  g_snprintf (buf, n, "step %ld/%ld  loss %.4f  %.0f tok/s  ETA %s", done, steps, loss, rate, eta);
+  char eta[32], phase[24] = "";
+  fmt_duration (eta, sizeof eta, (double) (t->steps - done) * (elapsed / (double) (done - t->start_step)));
+  if (t->opt->phase > 0)
+    g_snprintf (phase, sizeof phase, "phase %d/2  ", t->opt->phase);
+  g_snprintf (buf, n, "%sstep %ld/%ld  loss %.4f  %.2f upd/s  %.0f src+tgt tok/s  ETA %s", phase, done, t->steps, loss,
+              upd_rate, tok_rate, eta);
 }
 
 static gboolean
@@ -135,18 +141,20 @@ log_progress (Trainer *t, long done, double lv, double tok, double gnorm, GError
   t->win_n++;
   double now = g_timer_elapsed (t->timer, NULL);
   if (t->opt->progress && !t->opt->quiet && now - t->t_live >= 0.5 && done % t->log_every != 0) {
-    progress_text (line, sizeof line, done, t->steps, t->start_step, now, t->win_loss / t->win_n,
-                   now > t->t_win ? t->win_tokens / (now - t->t_win) : 0.0);
+    double dt = now - t->t_win;
+    progress_text (line, sizeof line, t, done, now, t->win_loss / t->win_n, dt > 0 ? t->win_n / dt : 0.0,
+                   dt > 0 ? t->win_tokens / dt : 0.0);
     psm_out (PSM_OUT_PROGRESS, "%s", line);
     t->t_live = now;
   }
   if (done % t->log_every == 0 || done == t->steps) {
-    double dt = now - t->t_win, rate = dt > 0 ? t->win_tokens / dt : 0.0;
-    progress_text (line, sizeof line, done, t->steps, t->start_step, now, t->win_loss / t->win_n, rate);
+    double dt = now - t->t_win, rate = dt > 0 ? t->win_tokens / dt : 0.0, upd = dt > 0 ? t->win_n / dt : 0.0;
+    progress_text (line, sizeof line, t, done, now, t->win_loss / t->win_n, upd, rate);
     /* %.9g: a float loss (log_every 1) reads back bit for bit */
     char *rec = g_strdup_printf ("{\"step\": %ld, \"split\": \"train\", \"time\": %.3f, \"loss\": %.9g, "
-                                 "\"lr\": %.6g, \"grad_norm\": %.6g, \"tokens_per_s\": %.1f}\n",
-                                 done, now, t->win_loss / t->win_n, psm_optim_lr (t->optim, done - 1), gnorm, rate);
+                                 "\"lr\": %.6g, \"grad_norm\": %.6g, \"tokens_per_s\": %.1f, "
+                                 "\"updates_per_s\": %.3f}\n",
+                                 done, now, t->win_loss / t->win_n, psm_optim_lr (t->optim, done - 1), gnorm, rate, upd);
     gboolean logged = log_record (t, rec, error);
     g_free (rec);
     if (!logged)

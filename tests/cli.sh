@@ -231,6 +231,9 @@ expect 0 "two phases in one invocation" "second phase (continue.set): 10 more st
 [ -f "$tmp/ph/phase1.ckpt" ] && [ -f "$tmp/ph/phase1.best.ckpt" ] && [ -f "$tmp/ph/best.ckpt" ] \
   && grep -q '"step": 40, "split": "valid"' "$tmp/ph/log.jsonl" \
   && ok "phase one's checkpoints are kept; phase two logs steps 31-40" || bad "phase one's checkpoints are kept"
+grep -Eq '^phase 1/2  step [0-9]+/30  loss [0-9.]+  [0-9.]+ upd/s  [0-9]+ src\+tgt tok/s  ETA ' "$tmp/out" \
+  && grep -Eq '^phase 2/2  step 40/40  loss ' "$tmp/out" && grep -q '"updates_per_s": ' "$tmp/ph/log.jsonl" \
+  && ok "the progress line names the phase, updates/s and which tokens" || bad "the progress line names the phase, updates/s and which tokens"
 expect 0 "--resume after both phases: nothing left" "is at step 40 and train.steps is 40" -- \
   "$run" --mode train --resume "$tmp/tiny.cfg" --set "run.dir=$tmp/ph" --set continue.steps=10 --set continue.set=model.head.temperature=3
 expect 0 "--resume in phase two goes on there" "resumed .*last.ckpt at step 40" -- \

@@ -16,6 +16,9 @@ typedef struct {
    * SIGINT or SIGTERM; -1: stop_after), and the updates it made */
   int stopped;
   long trained;
+  /* set by psm_train_phases for the progress line: which phase of a
+   * two-phase pipeline this is (1 or 2; 0: a one-phase pipeline) */
+  int phase;
 } PsmTrainOptions;
 
 
