@@ -125,16 +125,14 @@ json_skip (const char *p, GString *tmp, int depth, gboolean *deep)
   return p > s ? p : NULL;
 }
 
-/* Fills article / summary (the string fields keys[0] and keys[1]) from one
- * jsonl line; why names the defect (held in why_buf). */
-static gboolean
-parse_record (const char *line, const char *const *keys, GString *article, GString *summary, GString *why_buf,
-              const char **why)
+gboolean
+psm_json_string_fields (const char *line, const char *const *keys, GString **values, guint *found, GString *why)
 {
   GString *key = g_string_new (NULL), *tmp = g_string_new (NULL);
-  gboolean have_a = FALSE, have_s = FALSE, ok = FALSE, deep = FALSE;
+  gboolean ok = FALSE, deep = FALSE;
   const char *p = skip_ws (line);
-  *why = "invalid JSON";
+  *found = 0;
+  g_string_assign (why, "invalid JSON");
   if (*p++ != '{')
     goto out;
   p = skip_ws (p);
@@ -146,23 +144,19 @@ parse_record (const char *line, const char *const *keys, GString *article, GStri
       if (!p || *(p = skip_ws (p)) != ':')
         goto out;
       p = skip_ws (p + 1);
-      gboolean is_a = strcmp (key->str, keys[0]) == 0, is_s = strcmp (key->str, keys[1]) == 0;
-      if ((is_a || is_s) && *p == '"') {
-        p = json_string (p, is_a ? article : summary);
-        if (is_a)
-          have_a = TRUE;
-        else
-          have_s = TRUE;
+      int k = -1;
+      for (int i = 0; keys[i] && i < 32; i++)
+        if (strcmp (key->str, keys[i]) == 0)
+          k = i;
+      if (k >= 0 && *p == '"') {
+        p = json_string (p, values[k]);
+        *found |= 1u << k;
       } else {
-        if ((is_a || is_s) && *p != '"') {
-          p = json_skip (p, tmp, 1, &deep);
-          if (!p)
-            goto out;
-          g_string_printf (why_buf, "\"%s\" is not a string", is_a ? keys[0] : keys[1]);
-          *why = why_buf->str;
+        p = json_skip (p, tmp, 1, &deep);
+        if (p && k >= 0) {
+          g_string_printf (why, "\"%s\" is not a string", keys[k]);
           goto out;
         }
-        p = json_skip (p, tmp, 1, &deep);
       }
       if (!p)
         goto out;
@@ -177,19 +171,34 @@ parse_record (const char *line, const char *const *keys, GString *article, GStri
   }
   if (*skip_ws (p) != '\0')
     goto out;
-  if (!have_a || !have_s) {
-    g_string_printf (why_buf, "no \"%s\"", !have_a ? keys[0] : keys[1]);
-    *why = why_buf->str;
-  } else {
-    *why = NULL;
-  }
-  ok = *why == NULL;
+  g_string_truncate (why, 0);
+  ok = TRUE;
 out:
   if (deep)
-    *why = "invalid JSON: arrays and objects nested more than " G_STRINGIFY (JSON_MAX_DEPTH) " levels deep";
+    g_string_assign (why, "invalid JSON: arrays and objects nested more than " G_STRINGIFY (JSON_MAX_DEPTH)
+                          " levels deep");
   g_string_free (key, TRUE);
   g_string_free (tmp, TRUE);
   return ok;
+}
+
+/* Fills article / summary (the string fields keys[0] and keys[1]) from one
+ * jsonl line; why names the defect (held in why_buf). */
+static gboolean
+parse_record (const char *line, const char *const *keys, GString *article, GString *summary, GString *why_buf,
+              const char **why)
+{
+  const char *two[3] = { keys[0], keys[1], NULL };
+  GString *values[2] = { article, summary };
+  guint found;
+  *why = NULL;
+  if (!psm_json_string_fields (line, two, values, &found, why_buf))
+    *why = why_buf->str;
+  else if (found != 3) {
+    g_string_printf (why_buf, "no \"%s\"", !(found & 1) ? keys[0] : keys[1]);
+    *why = why_buf->str;
+  }
+  return *why == NULL;
 }
 
 static gboolean

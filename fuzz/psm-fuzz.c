@@ -519,6 +519,51 @@ psm_fuzz_view_record (const uint8_t *d, size_t n)
   return 0;
 }
 
+/* psm-run convert: the first byte picks the format (See's .bin, JSON lines,
+ * CSV), the rest is the file; every record written must be one the cnndm
+ * task reads (a JSON object with a non-empty article and summary). */
+static int
+psm_fuzz_convert (const uint8_t *d, size_t n)
+{
+  static const char *const formats[] = { "see-bin", "jsonl", "csv" };
+  if (n < 1)
+    return 0;
+  FILE *in = fmemopen ((void *) (d + 1), n - 1, "rb");
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *out = open_memstream (&buf, &len);
+  if (!in && n > 1)
+    abort ();
+  GError *e = NULL;
+  long records = 0;
+  if (in)
+    psm_convert_stream (in, "fuzz", formats[d[0] % 3], out, &records, &e);
+  g_clear_error (&e);
+  if (in)
+    fclose (in);
+  fclose (out);
+  static const char *const keys[] = { "article", "highlights", NULL };
+  GString *v[2] = { g_string_new (NULL), g_string_new (NULL) }, *why = g_string_new (NULL);
+  char **lines = g_strsplit (buf ? buf : "", "\n", -1);
+  long seen = 0;
+  for (int i = 0; lines[i]; i++) {
+    guint found;
+    if (!*lines[i])
+      continue;
+    if (!psm_json_string_fields (lines[i], keys, v, &found, why) || found != 3 || !v[0]->len || !v[1]->len)
+      abort ();
+    seen++;
+  }
+  if (seen != records)
+    abort ();
+  g_strfreev (lines);
+  g_string_free (v[0], TRUE);
+  g_string_free (v[1], TRUE);
+  g_string_free (why, TRUE);
+  free (buf);
+  return 0;
+}
+
 /* psm-run serve: the body of POST /summarize. What it accepts must be what
  * the decoder may take: a text with no blank ends or line breaks, settings
  * in range. */
@@ -553,5 +598,6 @@ const PsmFuzzTarget psm_fuzz_targets[] = {
   { "serve_request", psm_fuzz_serve_request },
   { "stream_state", psm_fuzz_stream_state },
   { "saved_vocab", psm_fuzz_saved_vocab },
+  { "convert", psm_fuzz_convert },
   { NULL, NULL }
 };

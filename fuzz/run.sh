@@ -25,7 +25,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 secs=${1:-60}
 max_len=${FUZZ_MAX_LEN:-1048576}
 [ $# -gt 0 ] && shift
-targets=${*:-pipeline checkpoint cnndm_jsonl cnndm_lines headline lm nmt view_record serve_request stream_state saved_vocab}
+targets=${*:-pipeline checkpoint cnndm_jsonl cnndm_lines headline lm nmt view_record serve_request stream_state saved_vocab convert}
 build=${PSM_FUZZ_BUILD:-$top/_fuzz}
 command -v clang > /dev/null || { echo "fuzz/run.sh: needs clang (apt-get install clang libclang-rt-dev)"; exit 2; }
 san="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
@@ -49,7 +49,7 @@ obj=$build/obj
 # shellcheck disable=SC2046
 clang -O1 -g $san -fsanitize=fuzzer -I"$obj" -I"$top/core" -I"$top/fuzz" -I"$top/tools" -I"$obj/tools" \
   $(pkg-config --cflags glib-2.0 libconfig json-glib-1.0) "$top/fuzz/psm-fuzz.c" "$top/fuzz/fuzz-main.c" \
-  "$top/tools/psm-view.c" "$top/tools/psm-request.c" "$obj/tools/psm-resources.c" \
+  "$top/tools/psm-view.c" "$top/tools/psm-request.c" "$top/tools/psm-convert.c" "$obj/tools/psm-resources.c" \
   -o "$build/psm-fuzz" "$obj/.libs/libpsm.so" -Wl,-rpath,"$obj/.libs" $(pkg-config --libs glib-2.0 libconfig json-glib-1.0) \
   || { echo "fuzz/run.sh: cannot link the fuzzer"; exit 2; }
 export PSM_PLUGIN_PATH="$obj/plugins/.libs"

@@ -46,6 +46,9 @@ check "./psm-run serve --b" --batch-wait
 check "./psm-run view --split " valid
 check "./psm-run view --" --output --resume
 check "./psm-run plot r" runs a.cfg
+check "./psm-run c" convert
+check "./psm-run convert --format " see-bin
+check "./psm-run convert --t" --tokenize
 echo "Checks: $n, Failures: $fails"
 [ "$fails" -eq 0 ]
 ' completion "$top_srcdir/tools/psm-run.bash"

@@ -26,19 +26,21 @@ _psm_run ()
   local sub="" i
   for ((i = 1; i < cword; i++)); do
     case ${words[i]} in
-      score | view | plot | serve) sub=${words[i]}; break ;;
+      score | view | plot | serve | convert) sub=${words[i]}; break ;;
     esac
   done
 
   case $prev in
     --mode | -m) COMPREPLY=($(compgen -W "all train eval decode" -- "$cur")); return ;;
+    --format | -f) COMPREPLY=($(compgen -W "see-bin jsonl csv" -- "$cur")); return ;;
+    --tokenize | -t) COMPREPLY=($(compgen -W "yes no auto" -- "$cur")); return ;;
     --split) COMPREPLY=($(compgen -W "valid test" -- "$cur")); return ;;
     --describe)
       COMPREPLY=($(compgen -W "$(_psm_run_plugins "$cmd")" -- "$cur")); return ;;
     --metric) COMPREPLY=($(compgen -W "$(_psm_run_plugins "$cmd" metric)" -- "$cur")); return ;;
     --input | -i | --source | --output | -o)
       COMPREPLY=($(compgen -f -- "$cur")); compopt -o filenames 2> /dev/null; return ;;
-    --stop-after | --port | --sep | --set | -s | --host | --examples | -n | --max-body | --queue | --batch-wait | --max-connections | --header-timeout) return ;;
+    --stop-after | --port | --sep | --set | -s | --host | --examples | -n | --max-body | --queue | --batch-wait | --max-connections | --header-timeout | --max) return ;;
   esac
 
   if [[ $cur == -* ]]; then
@@ -49,16 +51,17 @@ _psm_run ()
       view) opts="--help --output --examples --split" ;;
       plot) opts="--help --output" ;;
       serve) opts="--help --port --host --queue --max-body --max-connections --header-timeout --batch-wait --set --quiet" ;;
+      convert) opts="--help --output --format --tokenize --max" ;;
     esac
     COMPREPLY=($(compgen -W "$opts" -- "$cur"))
     return
   fi
   case $sub in
-    score) COMPREPLY=($(compgen -f -- "$cur")); compopt -o filenames 2> /dev/null ;;
+    score | convert) COMPREPLY=($(compgen -f -- "$cur")); compopt -o filenames 2> /dev/null ;;
     view) COMPREPLY=($(compgen -f -X '!*.jsonl' -- "$cur") $(compgen -d -- "$cur")); compopt -o filenames 2> /dev/null ;;
     plot | serve) COMPREPLY=($(compgen -d -- "$cur")); compopt -o filenames 2> /dev/null ;;
     *)
-      COMPREPLY=($(compgen -W "score view plot serve" -- "$cur") $(compgen -f -X '!*.cfg' -- "$cur")
+      COMPREPLY=($(compgen -W "score view plot serve convert" -- "$cur") $(compgen -f -X '!*.cfg' -- "$cur")
                  $(compgen -d -- "$cur"))
       compopt -o filenames 2> /dev/null ;;
   esac

@@ -294,6 +294,8 @@ run (int argc, char **argv)
     return psm_plot_main (argc - 1, argv + 1);
   if (argc >= 2 && strcmp (argv[1], "serve") == 0)
     return psm_serve_main (argc - 1, argv + 1);
+  if (argc >= 2 && strcmp (argv[1], "convert") == 0)
+    return psm_convert_main (argc - 1, argv + 1);
   GOptionContext *ctx = g_option_context_new ("PIPELINE.cfg — train, evaluate and decode a psm pipeline");
   g_option_context_add_main_entries (ctx, entries, NULL);
   g_option_context_set_description (ctx,
@@ -401,7 +403,7 @@ run (int argc, char **argv)
   } else {
     if (strcmp (mode, "all") == 0 || strcmp (mode, "train") == 0) {
       gboolean quiet = opt_quiet || psm_dist_rank () != 0;
-      PsmTrainOptions to = { opt_resume, quiet, !quiet && isatty (STDERR_FILENO), opt_profile, (long) opt_stop_after, 0, 0 };
+      PsmTrainOptions to = { opt_resume, quiet, !quiet && isatty (STDERR_FILENO), opt_profile, (long) opt_stop_after, 0, 0, 0 };
       ok = psm_train_phases (&pl, &m, &to, &e);
       if (ok && to.stopped > 0) {   /* SIGINT/SIGTERM: checkpoint written, exit as the signal would */
         psm_model_free (m);

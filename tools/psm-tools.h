@@ -1,7 +1,8 @@
-/* psm-tools.h — the sub-commands of psm-run that read a run's outputs:
- * view (an HTML page of decoded examples), plot (learning curves as SVG)
- * and serve (an HTTP summariser). Each parses its own options and returns
- * the exit status: 0 ok, 1 runtime error, 2 usage error. */
+/* psm-tools.h — the sub-commands of psm-run beside the pipelines: view
+ * (an HTML page of decoded examples), plot (learning curves as SVG), serve
+ * (an HTTP summariser) and convert (CNN/DailyMail datasets as the cnndm
+ * task's jsonl). Each parses its own options and returns the exit status:
+ * 0 ok, 1 runtime error, 2 usage error. */
 #ifndef PSM_TOOLS_H
 #define PSM_TOOLS_H
 #include <glib.h>
@@ -10,6 +11,12 @@
 int psm_view_main (int argc, char **argv);
 int psm_plot_main (int argc, char **argv);
 int psm_serve_main (int argc, char **argv);
+int psm_convert_main (int argc, char **argv);
+/* psm-run convert's reading of one input, format "see-bin", "jsonl" or
+ * "csv" (name: for messages), its records written to out as the cnndm
+ * task's jsonl (tokenised as --tokenize auto); *records: how many. */
+gboolean psm_convert_stream (FILE *in, const char *name, const char *format, FILE *out, long *records,
+                             GError **error);
 
 /* The viewer page (tools/view.html, compiled in) with data, a JSON object
  * ({"title", "mode": "file" | "serve", "summary", "examples": [...]}),

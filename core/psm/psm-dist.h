@@ -1,5 +1,5 @@
 /* psm-dist.h — data parallelism over MPI (core/psm-dist.c; part of
- * psm-pipeline.h's API, ABI 1.20) */
+ * psm-pipeline.h's API, ABI 1.21) */
 #ifndef PSM_DIST_H
 #define PSM_DIST_H
 #include <glib.h>

@@ -70,9 +70,11 @@ G_BEGIN_DECLS
  * fill, and its batches); PsmTaskClass.train_batch and eval_batch optional
  * for a task with eval_batch_of, psm_task_train_batch and
  * psm_task_eval_batch (issue 60: the three tasks had one batch filler
- * copied three times). */
+ * copied three times). 1.21: psm_json_string_fields (one JSON object's
+ * string fields, for psm-run convert's streaming read of exported
+ * datasets: the reader the tasks use, not a second one). */
 #define PSM_ABI_MAJOR 1
-#define PSM_ABI_MINOR 20
+#define PSM_ABI_MINOR 21
 #define PSM_PLUGIN_ENTRY_SYMBOL "psm_plugin_entry"
 
 typedef enum {

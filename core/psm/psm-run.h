@@ -1,6 +1,6 @@
 /* psm-run.h — runs in a run folder: training (one or two phases),
  * evaluation, decoding, the --check smoke run (part of psm-pipeline.h's
- * API, ABI 1.20) */
+ * API, ABI 1.21) */
 #ifndef PSM_RUN_H
 #define PSM_RUN_H
 #include "psm-model.h"

@@ -113,6 +113,12 @@ gboolean psm_read_text_pairs (const char *path, const char *path2, const char *c
  * punctuation split off, n't 's 're 've 'll 'd 'm split, double quotes as
  * `` and ''), tokens joined by single spaces (g_free). */
 char *psm_tokenize_ptb (const char *text);
+/* ABI 1.21: the string fields keys[i] (NULL-terminated, at most 32) of one
+ * JSON object (one jsonl line): values[i] receives field keys[i], bit i of
+ * *found says it was there; other fields are skipped. FALSE with why (a
+ * phrase) for invalid JSON or a listed field that is not a string. */
+gboolean psm_json_string_fields (const char *line, const char *const *keys, GString **values, guint *found,
+                                 GString *why);
 
 G_END_DECLS
 #endif
