@@ -1,8 +1,8 @@
 #!/bin/sh
 # psm set-up on Debian 12: install the build dependencies with apt-get,
 # build, and (unless --no-run) train and test the README's main job, a small
-# pointer-generator with coverage on CNN/DailyMail (about ten minutes
-# on 2 cores; pipelines/cnndm_coverage_mini.cfg).
+# pointer-generator with coverage on CNN/DailyMail (about five minutes
+# with the build on 2 cores; pipelines/cnndm_coverage_mini.cfg).
 #   ./setup.sh            install, build, run the main job
 #   ./setup.sh --no-run   install and build only (.ci/run uses this)
 set -eu
