@@ -161,15 +161,16 @@ psm_examples_fill (const PsmExamples *x, const PsmExampleWords *w, const int *id
 {
   int T = 1, Ty = 1, n = psm_examples_n (x);
   for (int i = 0; i < B; i++) {
-    if (idx[i] < 0 || idx[i] >= n) {
-      g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: example %d of a split of %d asked for", who,
-                   idx[i], n);
+    int e = idx ? idx[i] : i;
+    if (e < 0 || e >= n) {
+      g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "%s: example %d of a split of %d asked for", who, e,
+                   n);
       return FALSE;
     }
-    T = MAX (T, psm_examples_source_length (x, idx[i]));
-    int s, e;
-    span (x, idx[i], TRUE, &s, &e);
-    Ty = MAX (Ty, e - s + 1);
+    T = MAX (T, psm_examples_source_length (x, e));
+    int s, end;
+    span (x, e, TRUE, &s, &end);
+    Ty = MAX (Ty, end - s + 1);
   }
   psm_batch_reserve (b, B, T, Ty);
   b->ext_base = w->ext_base;
@@ -180,7 +181,7 @@ psm_examples_fill (const PsmExamples *x, const PsmExampleWords *w, const int *id
   const float *gen = x->gen ? (const float *) x->gen->data : NULL;
   const guint8 *seg = x->seg ? (const guint8 *) x->seg->data : NULL;
   for (int i = 0; i < B; i++) {
-    int e = idx[i], s0, s1, t0, t1;
+    int e = idx ? idx[i] : i, s0, s1, t0, t1;
     span (x, e, FALSE, &s0, &s1);
     span (x, e, TRUE, &t0, &t1);
     b->example_id[i] = e;

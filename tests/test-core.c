@@ -819,6 +819,13 @@ START_TEST (test_examples)
     ck_assert (!psm_examples_fill (NULL, &words, idx, 1, &b, "t", &e));   /* no store: an empty split */
     g_clear_error (&e);
     ck_assert (psm_examples_fill (NULL, &words, idx, 0, &b, "t", NULL) && b.B == 0);
+    /* idx NULL: the store's first B examples, in order */
+    ck_assert (psm_examples_fill (x, &words, NULL, 2, &b, "t", NULL));
+    ck_assert (b.B == 2 && b.T == 3 && b.example_id[0] == 0 && b.example_id[1] == 1);
+    ck_assert_int_eq (PSM_AT (b.src, &b, 2, 0), 1);   /* example 0's zz, now in column 0 */
+    ck_assert (!psm_examples_fill (x, &words, NULL, 3, &b, "t", &e));
+    ck_assert_str_eq (e->message, "t: example 2 of a split of 2 asked for");
+    g_clear_error (&e);
     psm_batch_clear (&b);
     psm_examples_free (x);
   }

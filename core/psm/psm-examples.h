@@ -66,7 +66,8 @@ int psm_examples_source_length (const PsmExamples *x, int i);
 const char *psm_examples_source_text (const PsmExamples *x, int i);
 const char *psm_examples_reference_text (const PsmExamples *x, int i);
 
-/* Fills b with examples idx[0..B) in that order (example_id set to them):
+/* Fills b with examples idx[0..B) in that order (example_id set to them;
+ * idx NULL, since ABI 1.21: examples 0 to B - 1, a whole small store):
  * sources with masks, segments and extended ids; dec_in, tgt, tgt_ext,
  * switch and loc over each target and a final eos. FALSE with error set
  * (naming `who`) if an index is outside the store. */

@@ -240,12 +240,19 @@ cn_info (void *self, PsmTaskInfo *info)
   info->unk_id = UNK;
 }
 
+/* A batch of store x's examples idx[0..B) (idx NULL: its first B). */
+static gboolean
+fill (const Cnndm *t, const PsmExamples *x, const int *idx, int B, PsmBatch *out, GError **error)
+{
+  const PsmExampleWords w = { t->words, t->words, t->V, t->V, t->V, UNK, BOS, EOS };
+  return psm_examples_fill (x, &w, idx, B, out, "cnndm", error);
+}
+
 static gboolean
 cn_eval_batch_of (void *self, PsmSplit split, const int *idx, int B, PsmBatch *out, GError **error)
 {
   Cnndm *t = self;
-  const PsmExampleWords w = { t->words, t->words, t->V, t->V, t->V, UNK, BOS, EOS };
-  return psm_examples_fill (t->split[split], &w, idx, B, out, "cnndm", error);
+  return fill (t, t->split[split], idx, B, out, error);
 }
 
 static int
@@ -286,20 +293,16 @@ cn_text_batch (void *self, const char *const *texts, int n, PsmBatch *out, GErro
   Cnndm *t = self;
   int known = psm_vocab_size (t->words);   /* the words the text adds are taken out below */
   PsmExamples *x = psm_examples_new (PSM_EXAMPLES_SHARED_TABLE);
-  int *idx = g_new (int, MAX (n, 1));
   for (int i = 0; i < n; i++) {
-    idx[i] = psm_examples_begin (x, NULL, NULL);
+    psm_examples_begin (x, NULL, NULL);
     char *tok = psm_tokenize_ptb (texts[i]);
     if (add_tokens (t, x, tok, t->max_src, FALSE, TRUE) == 0)
       psm_examples_add_source (x, UNK, UNK, 0);   /* an empty line decodes from a single <unk> */
     g_free (tok);
   }
-  const PsmExampleWords w = { t->words, t->words, t->V, t->V, t->V, UNK, BOS, EOS };
-  gboolean ok = psm_examples_fill (x, &w, idx, n, out, "cnndm", error);   /* the batch keeps its
-                                                                          out-of-vocabulary words as strings */
+  gboolean ok = fill (t, x, NULL, n, out, error);   /* the batch keeps its out-of-vocabulary words as strings */
   psm_vocab_truncate (t->words, known);
   psm_examples_free (x);
-  g_free (idx);
   return ok;
 }
 

@@ -388,15 +388,23 @@ candidates (Headline *t, PsmBatch *b, gboolean train)
 
 /* Training batches come through here too (psm_task_train_batch), with
  * the candidates of training. */
+/* A batch of store x's examples idx[0..B) (idx NULL: its first B), with
+ * its candidates (train: those of training). */
+static gboolean
+fill (Headline *t, const PsmExamples *x, const int *idx, int B, gboolean train, PsmBatch *out, GError **error)
+{
+  const PsmExampleWords w = { t->sv, t->tv, t->Vs, t->Vt, MAX (t->Vs, t->Vt), UNK, BOS, EOS };
+  if (!psm_examples_fill (x, &w, idx, B, out, "headline", error))
+    return FALSE;
+  candidates (t, out, train);
+  return TRUE;
+}
+
 static gboolean
 hl_eval_batch_of (void *self, PsmSplit split, const int *idx, int B, PsmBatch *out, GError **error)
 {
   Headline *t = self;
-  const PsmExampleWords w = { t->sv, t->tv, t->Vs, t->Vt, MAX (t->Vs, t->Vt), UNK, BOS, EOS };
-  if (!psm_examples_fill (t->split[split].x, &w, idx, B, out, "headline", error))
-    return FALSE;
-  candidates (t, out, split == PSM_SPLIT_TRAIN);
-  return TRUE;
+  return fill (t, t->split[split].x, idx, B, split == PSM_SPLIT_TRAIN, out, error);
 }
 
 static int hl_n_examples (void *self, PsmSplit split) { return psm_examples_n (((Headline *) self)->split[split].x); }
@@ -461,16 +469,9 @@ hl_text_batch (void *self, const char *const *texts, int n, PsmBatch *out, GErro
   Split s = { 0 };
   fill_split (t, &s, &p);
   t->mode = mode;
-  int *idx = g_new (int, MAX (n, 1));
-  for (int i = 0; i < n; i++)
-    idx[i] = i;
-  const PsmExampleWords w = { t->sv, t->tv, t->Vs, t->Vt, MAX (t->Vs, t->Vt), UNK, BOS, EOS };
-  gboolean ok = psm_examples_fill (s.x, &w, idx, n, out, "headline", error);
-  if (ok)
-    candidates (t, out, FALSE);
+  gboolean ok = fill (t, s.x, NULL, n, FALSE, out, error);
   psm_vocab_truncate (t->sv, known_s);   /* the batch keeps its out-of-vocabulary words as strings */
   psm_vocab_truncate (t->tv, known_t);
-  g_free (idx);
   psm_examples_free (s.x);
   pairs_free (&p);
   return ok;

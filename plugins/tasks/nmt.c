@@ -472,12 +472,19 @@ nmt_info (void *self, PsmTaskInfo *info)
   info->unk_id = UNK;
 }
 
+/* A batch of store x's examples idx[0..B) (idx NULL: its first B). */
+static gboolean
+fill (const Nmt *t, const PsmExamples *x, const int *idx, int B, PsmBatch *out, GError **error)
+{
+  const PsmExampleWords w = { t->sv, t->tv, t->Vs, t->Vt, MAX (t->Vs, t->Vt), UNK, BOS, EOS };
+  return psm_examples_fill (x, &w, idx, B, out, "nmt", error);
+}
+
 static gboolean
 nmt_eval_batch_of (void *self, PsmSplit split, const int *idx, int B, PsmBatch *out, GError **error)
 {
   Nmt *t = self;
-  const PsmExampleWords w = { t->sv, t->tv, t->Vs, t->Vt, MAX (t->Vs, t->Vt), UNK, BOS, EOS };
-  return psm_examples_fill (t->split[split], &w, idx, B, out, "nmt", error);
+  return fill (t, t->split[split], idx, B, out, error);
 }
 
 static int nmt_n_examples (void *self, PsmSplit split) { return psm_examples_n (((Nmt *) self)->split[split]); }
@@ -548,14 +555,9 @@ nmt_text_batch (void *self, const char *const *texts, int n, PsmBatch *out, GErr
   }
   t->simple = simple;
   PsmExamples *x = fill_split (t, &p, FALSE);
-  int *idx = g_new (int, MAX (n, 1));
-  for (int i = 0; i < n; i++)
-    idx[i] = i;
-  const PsmExampleWords w = { t->sv, t->tv, t->Vs, t->Vt, MAX (t->Vs, t->Vt), UNK, BOS, EOS };
-  gboolean ok = psm_examples_fill (x, &w, idx, n, out, "nmt", error);
+  gboolean ok = fill (t, x, NULL, n, out, error);
   psm_vocab_truncate (t->sv, known_s);   /* the batch keeps its out-of-vocabulary words as strings */
   psm_vocab_truncate (t->tv, known_t);
-  g_free (idx);
   psm_examples_free (x);
   pairs_free (&p);
   return ok;
