@@ -104,6 +104,25 @@ expect 2 "a bad --tokenize" "expected yes, no or auto" -- "$run" convert --token
 expect 0 "--format and --tokenize no" "2 records written" -- "$run" convert --format csv --tokenize no "$tmp/hf.csv"
 grep -q '"He said \\"no\\", then left."' "$tmp/out" && ok "--tokenize no keeps the text" || bad "--tokenize no keeps the text"
 
+# records at the 64 MiB bound: a longer JSON line or CSV row is skipped
+# with its line, the next record still read, in bounded memory (1 GiB of
+# address space for the whole process)
+python3 - "$tmp" <<'PY'
+import sys
+big = "x " * (32 * 1024 * 1024 + 8)   # 64 MiB + 16 bytes of text
+with open(sys.argv[1] + "/big.jsonl", "w") as f:
+    f.write('{"article": "%s", "highlights": "h"}\n{"article": "after", "highlights": "it ."}\n' % big)
+with open(sys.argv[1] + "/big.csv", "w") as f:
+    f.write('article,highlights\n"%s",h\nafter,it .\n' % big)
+PY
+expect 0 "a JSON line over 64 MiB is skipped, the next one read" \
+  "big.jsonl: 1 records, skipped 1 (first: line 1: longer than 67108864 bytes)" -- \
+  sh -c 'ulimit -v 1048576; exec "$0" convert -o "$1" "$2"' "$run" "$tmp/big.out.jsonl" "$tmp/big.jsonl"
+expect 0 "a CSV row over 64 MiB is skipped, the next one read" \
+  "big.csv: 1 records, skipped 1 (first: line 2: a row longer than 67108864 bytes)" -- \
+  sh -c 'ulimit -v 1048576; exec "$0" convert "$1"' "$run" "$tmp/big.csv"
+rm -f "$tmp/big.jsonl" "$tmp/big.csv"
+
 # the cnndm task trains, validates and decodes on the converted files
 expect 0 "the cnndm task reads the converted files (--check)" "check: OK" -- "$run" --check \
   "$top_srcdir/pipelines/cnndm_coverage_mini.cfg" --set "task.train=$tmp/all.jsonl" --set "task.valid=$tmp/csv.jsonl"

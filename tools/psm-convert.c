@@ -27,7 +27,7 @@
 #include "psm-tools.h"
 #include "psm/psm-task.h"
 
-#define MAX_RECORD (64 << 20)   /* bytes of one record, line or CSV row */
+#define MAX_RECORD 67108864   /* bytes of one record, line or CSV row (64 MiB) */
 
 typedef enum { FMT_AUTO, FMT_SEE_BIN, FMT_JSONL, FMT_CSV } Format;
 
