@@ -101,7 +101,7 @@ PsmTensor *psm_cross_entropy (PsmGraph *g, PsmTensor *logits, const int32_t *tar
  * averaged as psm_nll (binary cross-entropy on logits, stable). */
 PsmTensor *psm_bce_logits (PsmGraph *g, PsmTensor *x, const float *z, const float *weights);
 
-/* --- recurrent cells (core/ops/gru.c, core/ops/lstm.c) --- */
+/* --- recurrent cells (core/ops/gru.c, core/ops/lstm.c, core/ops/lstm-seq.c) --- */
 /* Fused GRU cell (the cuDNN/PyTorch form):
  *   [xr xz xn] = xp (input projection incl. its bias, [B, 3H])
  *   [hr hz hn] = h W + bh     (W [H, 3H], bh [3H])

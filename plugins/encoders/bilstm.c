@@ -2,7 +2,7 @@
  *   [xf | xb]_t = x_t W_x + b_x     (both directions, all steps: one GEMM)
  *   (h→_t, c→_t) = LSTM(xf_t, h→_(t-1), c→_(t-1))   t = 1..T
  *   (h←_t, c←_t) = LSTM(xb_t, h←_(t+1), c←_(t+1))   t = T..1
- * with psm_lstm_seq_cols (core/ops/lstm.c), each direction reading its half
+ * with psm_lstm_seq_cols (core/ops/lstm-seq.c), each direction reading its half
  * of the one projection in place; padding carries the state, so the
  * forward pass ends on each example's last real token and the backward one
  * starts from zeros at it. Annotations h_i = [h→_i; h←_i] ([T, B, 2H]).
