@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <psm/psm.h>
-#include "psm-private.h"
+#include "run/run-internal.h"
 
 static float *
 uniform (PsmRng *rng, size_t n, float scale, float shift)

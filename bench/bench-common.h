@@ -8,7 +8,7 @@
 #include <glib.h>
 #include <stdlib.h>
 #include <sys/resource.h>
-#include "psm-private.h"
+#include "run/run-internal.h"
 
 static inline double
 peak_rss_mb (void)

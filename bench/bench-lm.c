@@ -17,13 +17,13 @@
  * GEMM GFLOP/s and their share of this machine's sgemm 2048^3 (GEMM FLOPs
  * as executed: in evaluation the first layer projects each distinct word
  * of a segment once, psm-ops.h; in training the products after a locked
- * dropout skip the dropped units, core/ops/matmul.c). */
+ * dropout skip the dropped units, core/ops/linear-dropout.c). */
 #include "config.h"
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "psm-private.h"
+#include "run/run-internal.h"
 #include "bench-common.h"
 
 static void

@@ -1,5 +1,5 @@
 /* bench-packed — the packed few-row GEMM of the recurrences alone
- * (psm_packed_gemm, core/ops/packgemm.c) on one thread: C[M, N] = A[M, K]
+ * (psm_packed_gemm, core/kernels/packgemm.c) on one thread: C[M, N] = A[M, K]
  * times a [K, N] matrix packed once, for M = 1..16 and 32 rows (a thread's
  * share of a batch) and 60 (the beam search's 6 sentences of 10 hypotheses
  * against a thread's half of an output layer: 1024 7504). Prints microseconds a call and GFLOP/s. Defaults are
@@ -18,7 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <psm/psm.h>
-#include "psm-private.h"
+#include "run/run-internal.h"
 
 char *openblas_get_corename (void);   /* OpenBLAS extension, in its cblas.h */
 

@@ -25,7 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "psm-private.h"
+#include "run/run-internal.h"
 #include "bench-common.h"
 
 static void

@@ -24,8 +24,8 @@
 #include <libconfig.h>
 #include <psm/psm.h>
 #include "psm/psm-pipeline.h"
-#include "psm-config-private.h"
-#include "psm-private.h"
+#include "config/config-internal.h"
+#include "run/run-internal.h"
 #include "psm-fuzz.h"
 #include "psm-tools.h"
 

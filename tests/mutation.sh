@@ -17,8 +17,8 @@ if [ -n "${PSM_TEST_SANITIZED:-}" ]; then
 fi
 export PSM_PLUGIN_PATH="${PSM_PLUGIN_PATH:-$b/plugins/.libs}"
 export CK_FORK=no
-ops=$(sed -n 's/^ *\[PSM_OP_[A-Z0-9_]*\] *= *{ *"\([a-z_0-9]*\)".*/\1/p; s/^ *{ *"\([a-z_0-9]*\)", *psm_.*/\1/p' "$s/core/psm-op-table.c")
-[ -n "$ops" ] || { echo "not ok 1 - no op names read from core/psm-op-table.c"; echo "1..1"; exit 1; }
+ops=$(sed -n 's/^ *\[PSM_OP_[A-Z0-9_]*\] *= *{ *"\([a-z_0-9]*\)".*/\1/p; s/^ *{ *"\([a-z_0-9]*\)", *psm_.*/\1/p' "$s/core/ops/op-table.c")
+[ -n "$ops" ] || { echo "not ok 1 - no op names read from core/ops/op-table.c"; echo "1..1"; exit 1; }
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/psm-mutation-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 n=0

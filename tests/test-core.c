@@ -8,7 +8,7 @@
 #include <unistd.h>
 #include <glib/gstdio.h>
 #include "psm-test.h"
-#include "psm-private.h"
+#include "run/run-internal.h"
 
 START_TEST (test_arena)
 {

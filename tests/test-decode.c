@@ -13,7 +13,7 @@
 #include <math.h>
 #include <string.h>
 #include "psm-test.h"
-#include "psm-private.h"
+#include "run/run-internal.h"
 
 #define S 4          /* slot 0 ends, slot 1 is the unknown word */
 #define MAXL 4

@@ -18,7 +18,7 @@
 #include <string.h>
 #include "psm-test.h"
 #include <psm/psm-pipeline.h>
-#include "psm-private.h"
+#include "run/run-internal.h"
 
 enum { T = 4, B = 2, TY = 3, S = 3, C = 4, E = 2, V = 6 };
 #define UNK 1

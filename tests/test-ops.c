@@ -8,8 +8,8 @@
 #include <omp.h>
 #include <stdio.h>
 #include "psm-test.h"
-#include "psm-private.h"
-#include "ops/fastmath.h"
+#include "ops/ops-internal.h"
+#include "kernels/fastmath.h"
 
 #define ATOL 2e-3
 #define RTOL 2e-2
@@ -254,7 +254,7 @@ START_TEST (test_packed_weights)
 }
 END_TEST
 
-/* Deferred weight gradients (psm-private.h): a decoder-like recurrence of
+/* Deferred weight gradients (ops-internal.h): a decoder-like recurrence of
  * three steps, x_t = h_(t-1) (x_0 given), xp = x_t W_x + b, (h, c) =
  * lstm_cell (xp, h, c, W_h), on few rows with W_x and W_h parameters of the
  * graph, so both ops note their rows and the two defer_weight nodes add
@@ -400,7 +400,7 @@ START_TEST (test_embedding_linear)
 }
 END_TEST
 
-/* The vectorised exp, tanh and log of core/ops/fastmath.h against libm over
+/* The vectorised exp, tanh and log of core/kernels/fastmath.h against libm over
  * their working ranges (log down to FLT_MIN, where psm_log's floor keeps it). */
 START_TEST (test_fastmath)
 {
@@ -934,7 +934,7 @@ START_TEST (test_packed_gemm)
 }
 END_TEST
 
-/* decode.precision bf16 (ops/bf16.c). The rounding: to nearest, ties to
+/* decode.precision bf16 (kernels/bf16.c). The rounding: to nearest, ties to
  * even, NaN and infinities kept, the largest floats to infinity. The
  * product against a double-precision sum of the rounded operands, on the
  * AMX tiles where the CPU has them and on psm's packed kernel (both here

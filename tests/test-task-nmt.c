@@ -8,7 +8,7 @@
 #include <string.h>
 #include <glib/gstdio.h>
 #include "psm-test.h"
-#include "psm-private.h"
+#include "run/run-internal.h"
 #include <psm/psm-pipeline.h>
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Refit psm_fast_tanhf's rational approximation (core/ops/fastmath.h).
+"""Refit psm_fast_tanhf's rational approximation (core/kernels/fastmath.h).
 
 tanh(x) ~ x P(x^2) / Q(x^2) on [0, C], P of degree NP, Q of degree NQ with
 Q(0) = 1, minimax in absolute error: linearised least squares x P - tanh(x) Q

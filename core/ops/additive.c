@@ -5,8 +5,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "psm-private.h"
-#include "fastmath.h"
+#include "ops/ops-internal.h"
+#include "kernels/fastmath.h"
 #if defined (__SSE__)
 #include <immintrin.h>
 #endif

@@ -7,7 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "psm-private.h"
+#include "ops/ops-internal.h"
 
 PsmTensor *
 psm_attend (PsmGraph *g, PsmTensor *a, PsmTensor *v)
@@ -57,7 +57,7 @@ psm_attend_backward (PsmNode *n)
 }
 
 
-/* The deferred values gradient (psm-private.h): a node recorded right after
+/* The deferred values gradient (ops-internal.h): a node recorded right after
  * the values were made, so its backward runs after every attention over
  * them has noted its (a, dctx). Per example b, with S_b noted steps that
  * had row b (a step over R rows has rows 0 .. R - 1):
@@ -110,7 +110,7 @@ psm_defer_values_backward (PsmNode *nd)
   g_array_set_size (d->rows, 0);
 }
 
-/* Batch-major copies (psm-private.h): the node that makes x's [B, T, C]
+/* Batch-major copies (ops-internal.h): the node that makes x's [B, T, C]
  * copy, and whose backward adds the attention ops' gradient of the copy
  * into x's. A no-op outside a training graph (nothing would read the copy
  * back), for a tensor already copied, and with psm_graph_set_batch_major

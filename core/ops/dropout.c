@@ -19,7 +19,7 @@
 #include "config.h"
 #include <math.h>
 #include <string.h>
-#include "psm-private.h"
+#include "ops/ops-internal.h"
 
 PsmTensor *
 psm_locked_dropout (PsmGraph *g, PsmTensor *x, float p)

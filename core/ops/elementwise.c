@@ -11,8 +11,8 @@
 #include "config.h"
 #include <math.h>
 #include <string.h>
-#include "psm-private.h"
-#include "fastmath.h"
+#include "ops/ops-internal.h"
+#include "kernels/fastmath.h"
 
 PsmTensor *
 psm_add (PsmGraph *g, PsmTensor *a, PsmTensor *b)

@@ -12,7 +12,7 @@
 #include "config.h"
 #include <math.h>
 #include <string.h>
-#include "psm-private.h"
+#include "ops/ops-internal.h"
 
 /* Copies of rows over the threads from 64k floats (256 KB) on: a decoding
  * step's carry, concatenations and slices are 1-4 MB at 640 hypotheses

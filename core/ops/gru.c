@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <omp.h>
-#include "psm-private.h"
-#include "fastmath.h"
+#include "ops/ops-internal.h"
+#include "kernels/fastmath.h"
 
 /* The gate loops of one step run in parallel only when the step is big
  * enough to pay for the fork (B H >= 16384). */

@@ -10,8 +10,8 @@
 #include "config.h"
 #include <math.h>
 #include <string.h>
-#include "psm-private.h"
-#include "fastmath.h"
+#include "ops/ops-internal.h"
+#include "kernels/fastmath.h"
 
 static PsmTensor *
 scalar_out (PsmGraph *g, PsmTensor *x)

@@ -1,9 +1,10 @@
-/* lstm-row.h — one LSTM row's forward from its pre-activations, shared by
- * the cell (lstm.c) and the sequence ops (lstm-seq.c), so that both compute
- * h' and c' with the same arithmetic (lstm.c has the equations). */
+/* lstm-row.h — one LSTM row's forward from its pre-activations and one
+ * unit's gate gradients, shared by the cell (lstm.c) and the sequence ops
+ * (lstm-seq.c), so that both compute with the same arithmetic (lstm.c has
+ * the equations). */
 #ifndef PSM_LSTM_ROW_H
 #define PSM_LSTM_ROW_H
-#include "fastmath.h"
+#include "kernels/fastmath.h"
 
 /* Gates and new state of one row from its pre-activations G [4H]. */
 static inline void
@@ -40,6 +41,27 @@ lstm_row_forward_nosave (int H, const float *restrict gr, const float *restrict 
     co[j] = cn;
     ho[j] = o * psm_fast_tanhf (cn);
   }
+}
+
+/* One unit's backward (lstm.c has the equations): the gradient reaching
+ * c_t, dc_t = dc + dho o (1 - tanh^2 c_t), from the gradient dc of c_t
+ * from later and dho of h_t; and from it the four gates' gradients into
+ * gr [4H] (s: the row's saved gates and tanh c_t, cp: c_{t-1}). */
+static inline __attribute__ ((always_inline)) float
+lstm_row_dct (int H, int j, const float *s, float dc, float dho)
+{
+  float o = s[3 * H + j], tc = s[4 * H + j];
+  return dc + dho * o * (1.0f - tc * tc);
+}
+
+static inline __attribute__ ((always_inline)) void
+lstm_row_gate_grads (int H, int j, const float *s, const float *cp, float dct, float dho, float *gr)
+{
+  float i_ = s[j], f = s[H + j], gg = s[2 * H + j], o = s[3 * H + j], tc = s[4 * H + j];
+  gr[j] = dct * gg * i_ * (1.0f - i_);
+  gr[H + j] = dct * cp[j] * f * (1.0f - f);
+  gr[2 * H + j] = dct * i_ * (1.0f - gg * gg);
+  gr[3 * H + j] = dho * tc * o * (1.0f - o);
 }
 
 #endif

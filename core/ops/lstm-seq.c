@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <omp.h>
-#include "psm-private.h"
+#include "ops/ops-internal.h"
 #include "lstm-row.h"
 
 /* ---- Whole sequences (psm_lstm_seq): the recurrence of psm_gru_seq's
@@ -120,26 +120,18 @@ seq_row_backward (int B, int H, int t, int b, const float *dhs, const float *cpr
     const float *zhr = zh + row * H, *zcr = zc + row * H;
 #pragma omp simd
     for (int j = 0; j < H; j++) {
-      float i_ = s[j], f = s[H + j], gg = s[2 * H + j], o = s[3 * H + j], tc = s[4 * H + j];
       float dhn = (1.0f - zhr[j]) * dh[j];
-      float dct = (1.0f - zcr[j]) * dc[j] + dhn * o * (1.0f - tc * tc);
-      gr[j] = dct * gg * i_ * (1.0f - i_);
-      gr[H + j] = dct * cp[j] * f * (1.0f - f);
-      gr[2 * H + j] = dct * i_ * (1.0f - gg * gg);
-      gr[3 * H + j] = dhn * tc * o * (1.0f - o);
-      dc[j] = dct * f + zcr[j] * dc[j];
+      float dct = lstm_row_dct (H, j, s, (1.0f - zcr[j]) * dc[j], dhn);
+      lstm_row_gate_grads (H, j, s, cp, dct, dhn, gr);
+      dc[j] = dct * s[H + j] + zcr[j] * dc[j];
       dh[j] = zhr[j] * dh[j];
     }
   } else {
 #pragma omp simd
     for (int j = 0; j < H; j++) {
-      float i_ = s[j], f = s[H + j], gg = s[2 * H + j], o = s[3 * H + j], tc = s[4 * H + j];
-      float dct = dc[j] + dh[j] * o * (1.0f - tc * tc);
-      gr[j] = dct * gg * i_ * (1.0f - i_);
-      gr[H + j] = dct * cp[j] * f * (1.0f - f);
-      gr[2 * H + j] = dct * i_ * (1.0f - gg * gg);
-      gr[3 * H + j] = dh[j] * tc * o * (1.0f - o);
-      dc[j] = dct * f;
+      float dct = lstm_row_dct (H, j, s, dc[j], dh[j]);
+      lstm_row_gate_grads (H, j, s, cp, dct, dh[j], gr);
+      dc[j] = dct * s[H + j];
       dh[j] = 0.0f;
     }
   }

@@ -15,11 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <omp.h>
-#include "psm-private.h"
+#include "ops/ops-internal.h"
 #include "lstm-row.h"
 
 /* psm_lstm_cell's node: the gates and tanh c' [B, 5H]; with W's gradient
- * deferred (psm-private.h: a parameter W, no mask) the deferral and dG [B,
+ * deferred (ops-internal.h: a parameter W, no mask) the deferral and dG [B,
  * 4H], which the backward makes in the graph's arena so that it outlives
  * the node's backward */
 typedef struct {
@@ -137,14 +137,10 @@ psm_lstm_cell_backward (PsmNode *n)
     const float *s = sv + (size_t) b * 5 * H, *cp = c->data + (size_t) b * H;
     float *gr = dG + (size_t) b * 4 * H;
     for (int j = 0; j < H; j++) {
-      float i_ = s[j], f = s[H + j], gg = s[2 * H + j], o = s[3 * H + j], tc = s[4 * H + j];
-      float dct = dc[j] + dh[j] * o * (1.0f - tc * tc);
-      gr[j] = dct * gg * i_ * (1.0f - i_);
-      gr[H + j] = dct * cp[j] * f * (1.0f - f);
-      gr[2 * H + j] = dct * i_ * (1.0f - gg * gg);
-      gr[3 * H + j] = dh[j] * tc * o * (1.0f - o);
+      float dct = lstm_row_dct (H, j, s, dc[j], dh[j]);
+      lstm_row_gate_grads (H, j, s, cp, dct, dh[j], gr);
       if (c->grad)
-        c->grad[(size_t) b * H + j] += dct * f;
+        c->grad[(size_t) b * H + j] += dct * s[H + j];
     }
   }
   if (xp->grad)

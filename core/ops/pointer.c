@@ -28,8 +28,8 @@
 #include "config.h"
 #include <math.h>
 #include <string.h>
-#include "psm-private.h"
-#include "fastmath.h"
+#include "ops/ops-internal.h"
+#include "kernels/fastmath.h"
 
 #define MIX_FLOOR 1e-12
 #define LOG_FLOOR 1e-30f

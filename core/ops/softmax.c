@@ -7,8 +7,8 @@
 #include "config.h"
 #include <math.h>
 #include <string.h>
-#include "psm-private.h"
-#include "fastmath.h"
+#include "ops/ops-internal.h"
+#include "kernels/fastmath.h"
 
 static void
 softmax_row (const float *x, const float *mask, float *y, int C, gboolean logspace)

@@ -16,7 +16,7 @@
 #include <math.h>
 #include <string.h>
 #include <omp.h>
-#include "psm-private.h"
+#include "ops/ops-internal.h"
 
 #define SENTINEL_FLOOR 1e-30
 

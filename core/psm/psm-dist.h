@@ -1,4 +1,4 @@
-/* psm-dist.h — data parallelism over MPI (core/psm-dist.c; part of
+/* psm-dist.h — data parallelism over MPI (core/base/psm-dist.c; part of
  * psm-pipeline.h's API, ABI 1.21) */
 #ifndef PSM_DIST_H
 #define PSM_DIST_H

@@ -9,7 +9,7 @@
 
 G_BEGIN_DECLS
 
-/* --- linear algebra (core/ops/matmul.c) --- */
+/* --- linear algebra (core/ops/matmul.c, linear-*.c) --- */
 /* C = op(A) op(B); A is viewed as [rows, cols]; with trans_a its transpose. */
 PsmTensor *psm_matmul (PsmGraph *g, PsmTensor *a, PsmTensor *b, gboolean trans_a, gboolean trans_b);
 /* y = x W + b (b may be NULL): one sgemm, bias fused. x [.., K], W [K, N].

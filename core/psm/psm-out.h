@@ -1,4 +1,4 @@
-/* psm-out.h — where the library's reports go (core/psm-out.c; part of
+/* psm-out.h — where the library's reports go (core/base/psm-out.c; part of
  * psm-pipeline.h's API, ABI 1.20) */
 #ifndef PSM_OUT_H
 #define PSM_OUT_H

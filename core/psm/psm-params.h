@@ -53,7 +53,7 @@ double psm_params_clip (PsmParams *p, double max_norm);
 double psm_params_grad_norm (PsmParams *p);
 float psm_clip_scale (double norm, double max_norm);
 
-/* --- optimisers (core/psm-optim.c) --- */
+/* --- optimisers (core/run/psm-optim.c) --- */
 typedef enum { PSM_OPT_SGD, PSM_OPT_ADAM, PSM_OPT_ADAGRAD, PSM_OPT_ADADELTA } PsmOptKind;
 
 typedef struct {
