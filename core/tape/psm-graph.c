@@ -1,4 +1,6 @@
-/* psm-graph.c — arena, tensors and the reverse-mode tape. */
+/* psm-graph.c — tensors, the reverse-mode tape, profiling, and the slots
+ * where op families keep their state on a graph (the arena: psm-arena.c;
+ * a graph's weights: psm-weights.c). */
 #include "config.h"
 #include <math.h>
 #include <stdio.h>
