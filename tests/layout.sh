@@ -33,11 +33,7 @@ FILE_EXCEPTIONS = {
     "core/kernels/bf16.c": "bf16 packing, GEMMs and the linear backward share the AMX tile code and its "
                            "per-thread scratch, all static: to split with a header of their own",
 }
-FUNC_EXCEPTIONS = {
-    ("core/model/psm-model.c", "psm_model_new"): "assembly of every model shape, checked in order: to split by stage",
-    ("core/model/psm-model-eval.c", "psm_model_evaluate"): "the evaluation loop of the three model shapes: to split by shape",
-    ("core/run/psm-checkpoint.c", "psm_checkpoint_load"): "every check of a checkpoint's sections in one pass",
-}
+FUNC_EXCEPTIONS = {}
 LAYERS = ["base", "kernels", "tape", "ops", "config", "model", "run"]
 MAX_HEADER = 200
 EXTRA_HEADERS = {

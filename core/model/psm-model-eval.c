@@ -304,6 +304,53 @@ length_order (PsmModel *m, PsmSplit split, int n, int (*src_len) (void *, PsmSpl
   return order;
 }
 
+/* The end of an evaluation: the loss and example count summed over the
+ * ranks when they split it (split 1: by batches, 2: by streams), the loss
+ * per target word, and the metrics' reports, the first the primary value
+ * (else the loss). */
+static gboolean
+eval_report (PsmModel *m, gboolean score, double loss_sum, double weight, int split, PsmEvalResult *res,
+             GError **error)
+{
+  gboolean split_ranks = split == 1;
+  if (split) {
+    double sums[3] = { loss_sum, weight, split_ranks ? (double) res->n_examples : 0.0 };
+    psm_dist_sum_double (sums, 3);
+    loss_sum = sums[0];
+    weight = sums[1];
+    if (split_ranks)
+      res->n_examples = (long) sums[2];
+  }
+  res->loss = weight > 0 ? loss_sum / weight : 0.0;
+  for (int i = 0; score && i < m->n_metrics; i++) {
+    if (m->mk[i]->add_loss)
+      m->mk[i]->add_loss (m->metric[i], loss_sum, (long) weight);
+    PsmMetricReport *r = &res->metrics[i];
+    memset (r, 0, sizeof *r);
+    m->mk[i]->report (m->metric[i], r);
+    res->metric_names[i] = m->metric_name[i];
+    gboolean named = r->n >= 0 && r->n <= PSM_METRIC_MAX_VALUES;
+    for (int k = 0; named && k < r->n; k++)
+      named = r->names[k] != NULL;
+    if (!named) {
+      g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
+                   "metric plugin '%s' reported %d values%s (a report holds 0 to %d named values)",
+                   m->metric_name[i], r->n, r->n >= 0 && r->n <= PSM_METRIC_MAX_VALUES ? " with a NULL name" : "",
+                   PSM_METRIC_MAX_VALUES);
+      return FALSE;
+    }
+  }
+  res->n_metrics = score ? m->n_metrics : 0;
+  if (res->n_metrics && res->metrics[0].n) {
+    res->primary = res->metrics[0].values[0];
+    res->higher_is_better = m->mk[0]->higher_is_better;
+  } else {
+    res->primary = res->loss;
+    res->higher_is_better = FALSE;
+  }
+  return TRUE;
+}
+
 gboolean
 psm_model_evaluate (PsmModel *m, PsmSplit split, const PsmEvalOptions *opt, PsmEvalResult *res, GError **error)
 {
@@ -426,43 +473,6 @@ psm_model_evaluate (PsmModel *m, PsmSplit split, const PsmEvalOptions *opt, PsmE
   psm_graph_reset (m->gs);
   psm_graph_set_grad (g, TRUE);
   eval_packed (g, FALSE);
-  if (!ok)
-    return FALSE;
-  if (split_ranks || split_streams) {
-    double sums[3] = { loss_sum, weight, split_ranks ? (double) res->n_examples : 0.0 };
-    psm_dist_sum_double (sums, 3);
-    loss_sum = sums[0];
-    weight = sums[1];
-    if (split_ranks)
-      res->n_examples = (long) sums[2];
-  }
-  res->loss = weight > 0 ? loss_sum / weight : 0.0;
   res->mean_gate = gate_n ? gate_sum / gate_n : NAN;
-  for (int i = 0; score && i < m->n_metrics; i++) {
-    if (m->mk[i]->add_loss)
-      m->mk[i]->add_loss (m->metric[i], loss_sum, (long) weight);
-    PsmMetricReport *r = &res->metrics[i];
-    memset (r, 0, sizeof *r);
-    m->mk[i]->report (m->metric[i], r);
-    res->metric_names[i] = m->metric_name[i];
-    gboolean named = r->n >= 0 && r->n <= PSM_METRIC_MAX_VALUES;
-    for (int k = 0; named && k < r->n; k++)
-      named = r->names[k] != NULL;
-    if (!named) {
-      g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED,
-                   "metric plugin '%s' reported %d values%s (a report holds 0 to %d named values)",
-                   m->metric_name[i], r->n, r->n >= 0 && r->n <= PSM_METRIC_MAX_VALUES ? " with a NULL name" : "",
-                   PSM_METRIC_MAX_VALUES);
-      return FALSE;
-    }
-  }
-  res->n_metrics = score ? m->n_metrics : 0;
-  if (res->n_metrics && res->metrics[0].n) {
-    res->primary = res->metrics[0].values[0];
-    res->higher_is_better = m->mk[0]->higher_is_better;
-  } else {
-    res->primary = res->loss;
-    res->higher_is_better = FALSE;
-  }
-  return TRUE;
+  return ok && eval_report (m, score, loss_sum, weight, split_ranks ? 1 : split_streams ? 2 : 0, res, error);
 }

@@ -248,6 +248,82 @@ get_u64 (Reader *r)
 
 #define PSM_CHECKPOINT_MAX_WEIGHT 1e18
 
+/* The manifest against the model's parameters (names, shapes, offsets),
+ * then the parameters' data: where it starts, or NULL with error. */
+static const void *
+check_params (Reader *rp, PsmParams *p, const char *path, guint32 count, guint64 total, GError **error)
+{
+  Reader r = *rp;
+  const void *data = NULL;
+  if (count != (guint32) psm_params_count (p) || total != psm_params_size (p))
+    CORRUPT ("%s: checkpoint holds %u parameters (%" G_GUINT64_FORMAT " floats), the model has %d (%zu floats)",
+             path, count, total, psm_params_count (p), psm_params_size (p));
+  for (guint32 i = 0; i < count; i++) {
+    guint32 l = get_u32 (&r);
+    const char *name = take (&r, l);
+    guint32 nd = get_u32 (&r);
+    if (!r.ok || nd > PSM_MAX_DIMS)
+      CORRUPT ("%s: corrupt manifest entry %u", path, i);
+    int pnd, shape[PSM_MAX_DIMS];
+    psm_params_shape (p, (int) i, &pnd, shape);
+    const char *want = psm_params_name (p, (int) i);
+    if (l != strlen (want) || memcmp (name, want, l) != 0)
+      CORRUPT ("%s: parameter %u is '%.*s' in the checkpoint but '%s' in the model", path, i,
+               (int) l, name, want);
+    gboolean same = (int) nd == pnd;
+    for (guint32 k = 0; k < nd; k++)
+      same = (int) get_u32 (&r) == shape[k] && same;
+    if (!same)
+      CORRUPT ("%s: parameter '%s' has another shape in the checkpoint than in the model", path, want);
+    if (get_u64 (&r) != psm_params_offset (p, (int) i))
+      CORRUPT ("%s: parameter '%s' has another offset in the checkpoint", path, want);
+  }
+  data = take (&r, total * sizeof (float));
+  if (!data)
+    CORRUPT ("%s: truncated parameter data", path);
+  /* a weight that is not finite, or too large for any product of two to
+   * be (a model of such weights decoded empty summaries; issue 58) */
+  for (int i = 0; i < psm_params_count (p); i++) {
+    const float *w = (const float *) data + psm_params_offset (p, i);
+    size_t n = psm_params_numel (p, i);
+    for (size_t j = 0; j < n; j++) {
+      float x;
+      memcpy (&x, w + j, sizeof x);   /* the buffer is not aligned for floats */
+      if (!(fabsf (x) <= PSM_CHECKPOINT_MAX_WEIGHT))
+        CORRUPT ("%s: parameter '%s' [%zu] is %g: a checkpoint's weights must be finite and at most %g in "
+                 "magnitude", path, psm_params_name (p, i), j, (double) x, PSM_CHECKPOINT_MAX_WEIGHT);
+    }
+  }
+  *rp = r;
+  return data;
+out:
+  return NULL;
+}
+
+/* Resuming: the same update rule with the same settings, and its state. */
+static gboolean
+check_resume (PsmOptim *optim, const char *path, int kind, guint32 flags, const char *opt_name,
+              const double *settings, GError **error)
+{
+  const PsmOptConfig *oc = psm_optim_config (optim);
+  if (kind < 0 || !(flags & FLAG_STATE))
+    CORRUPT ("%s: checkpoint holds parameters only (no optimiser state): it can be evaluated, not "
+             "resumed", path);
+  if (kind != (int) oc->kind)
+    CORRUPT ("%s: checkpoint was trained with optimiser '%s', the pipeline asks for '%s' "
+             "(train.optimizer must match to resume)", path, opt_name, psm_optim_name (optim));
+  double now[N_SETTINGS];
+  settings_of (oc, now);
+  for (const int *i = settings_used (oc->kind); *i >= 0; i++)
+    if (now[*i] != settings[*i])
+      CORRUPT ("%s: checkpoint was trained with %s %s = %.10g, the pipeline asks for %.10g "
+               "(train.optimizer must match to resume)", path, opt_name, setting_names[*i],
+               settings[*i], now[*i]);
+  return TRUE;
+out:
+  return FALSE;
+}
+
 gboolean
 psm_checkpoint_load (const char *path, PsmParams *p, PsmOptim *optim,
                      PsmCheckpointMeta *meta, GError **error)
@@ -338,45 +414,9 @@ psm_checkpoint_load (const char *path, PsmParams *p, PsmOptim *optim,
   for (int i = 0; i < N_SETTINGS; i++)
     if (!isfinite (settings[i]))
       CORRUPT ("%s: corrupt header: optimiser setting %s is not finite", path, setting_names[i]);
-  if (count != (guint32) psm_params_count (p) || total != psm_params_size (p))
-    CORRUPT ("%s: checkpoint holds %u parameters (%" G_GUINT64_FORMAT " floats), the model has %d (%zu floats)",
-             path, count, total, psm_params_count (p), psm_params_size (p));
-  for (guint32 i = 0; i < count; i++) {
-    guint32 l = get_u32 (&r);
-    const char *name = take (&r, l);
-    guint32 nd = get_u32 (&r);
-    if (!r.ok || nd > PSM_MAX_DIMS)
-      CORRUPT ("%s: corrupt manifest entry %u", path, i);
-    int pnd, shape[PSM_MAX_DIMS];
-    psm_params_shape (p, (int) i, &pnd, shape);
-    const char *want = psm_params_name (p, (int) i);
-    if (l != strlen (want) || memcmp (name, want, l) != 0)
-      CORRUPT ("%s: parameter %u is '%.*s' in the checkpoint but '%s' in the model", path, i,
-               (int) l, name, want);
-    gboolean same = (int) nd == pnd;
-    for (guint32 k = 0; k < nd; k++)
-      same = (int) get_u32 (&r) == shape[k] && same;
-    if (!same)
-      CORRUPT ("%s: parameter '%s' has another shape in the checkpoint than in the model", path, want);
-    if (get_u64 (&r) != psm_params_offset (p, (int) i))
-      CORRUPT ("%s: parameter '%s' has another offset in the checkpoint", path, want);
-  }
-  const void *data = take (&r, total * sizeof (float));
+  const void *data = check_params (&r, p, path, count, total, error);
   if (!data)
-    CORRUPT ("%s: truncated parameter data", path);
-  /* a weight that is not finite, or too large for any product of two to
-   * be (a model of such weights decoded empty summaries; issue 58) */
-  for (int i = 0; i < psm_params_count (p); i++) {
-    const float *w = (const float *) data + psm_params_offset (p, i);
-    size_t n = psm_params_numel (p, i);
-    for (size_t j = 0; j < n; j++) {
-      float x;
-      memcpy (&x, w + j, sizeof x);   /* the buffer is not aligned for floats */
-      if (!(fabsf (x) <= PSM_CHECKPOINT_MAX_WEIGHT))
-        CORRUPT ("%s: parameter '%s' [%zu] is %g: a checkpoint's weights must be finite and at most %g in "
-                 "magnitude", path, psm_params_name (p, i), j, (double) x, PSM_CHECKPOINT_MAX_WEIGHT);
-    }
-  }
+    goto out;
   const void *st[2] = { NULL, NULL };
   guint32 slots = flags & FLAG_STATE ? n_state : 0;
   for (guint32 s = 0; s < slots; s++)
@@ -394,23 +434,8 @@ psm_checkpoint_load (const char *path, PsmParams *p, PsmOptim *optim,
   if (!r.ok || r.p != r.end)
     CORRUPT ("%s: truncated or oversized %s", path, version >= 4 ? "training-stream state" : "optimiser state");
 
-  if (optim) {
-    /* Resuming: the same update rule with the same settings, and its state. */
-    const PsmOptConfig *oc = psm_optim_config (optim);
-    if (kind < 0 || !(flags & FLAG_STATE))
-      CORRUPT ("%s: checkpoint holds parameters only (no optimiser state): it can be evaluated, not "
-               "resumed", path);
-    if (kind != (int) oc->kind)
-      CORRUPT ("%s: checkpoint was trained with optimiser '%s', the pipeline asks for '%s' "
-               "(train.optimizer must match to resume)", path, opt_name, psm_optim_name (optim));
-    double now[N_SETTINGS];
-    settings_of (oc, now);
-    for (const int *i = settings_used (oc->kind); *i >= 0; i++)
-      if (now[*i] != settings[*i])
-        CORRUPT ("%s: checkpoint was trained with %s %s = %.10g, the pipeline asks for %.10g "
-                 "(train.optimizer must match to resume)", path, opt_name, setting_names[*i],
-                 settings[*i], now[*i]);
-  }
+  if (optim && !check_resume (optim, path, kind, flags, opt_name, settings, error))
+    goto out;
   /* Everything verified: only now touch the model. */
   psm_params_set_data (p, data);
   if (optim)
