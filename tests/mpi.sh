@@ -140,10 +140,15 @@ check "and it resumes at step $k" 'grep -q "resumed .*last.ckpt at step $k\$" "$
 # a rank that dies ends the job: no hang
 mpi 2 --mode train "$tmp/long.cfg" --set "run.dir=$tmp/die" > "$tmp/out" 2>&1 &
 mpid=$!
-sleep 3
+# the victim once the job has a checkpoint (a fixed sleep raced a loaded
+# machine: 3 s were not always enough to write the first one)
 victim=""
-for p in $(pgrep -f "run.dir=$tmp/die"); do
-  [ "$(cat /proc/$p/comm 2>/dev/null)" = psm-run ] && victim=$p
+for _ in $(seq 1 120); do
+  sleep 0.5
+  for p in $(pgrep -f "run.dir=$tmp/die"); do
+    [ "$(cat /proc/$p/comm 2>/dev/null)" = psm-run ] && victim=$p
+  done
+  [ -n "$victim" ] && [ -s "$tmp/die/last.ckpt" ] && break
 done
 rank_killed "$victim" $mpid "a rank killed with SIGKILL ends the job with a message" \
   'grep -q -i "signal 9\|killed" "$tmp/out"'
