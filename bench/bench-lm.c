@@ -242,7 +242,7 @@ main (int argc, char **argv)
             "FLOPs executed (the rest: units dropped)\n", gfs, 100 * gfs / peak, peak,
             100 * (1 - psm_dropout_flops_skipped / (3 * fw * words)));
   } else {
-    PsmEvalOptions eo = { 0, TRUE, NULL, NULL, NULL, FALSE };
+    PsmEvalOptions eo = { .decode = TRUE };
     PsmEvalResult r;
     gint64 t0 = g_get_monotonic_time ();
     if (!psm_model_evaluate (lm.m, PSM_SPLIT_TEST, &eo, &r, &e))

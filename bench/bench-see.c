@@ -222,7 +222,7 @@ main (int argc, char **argv)
       fprintf (stderr, "bench-see: %s: fewer than 2 articles\n", argv[2]);
       return 1;
     }
-    PsmEvalOptions eo = { 0, TRUE, NULL, NULL, NULL, FALSE };
+    PsmEvalOptions eo = { .decode = TRUE };
     if (!psm_model_decode_texts (m, (const char *const *) texts, 1, &eo, &e))   /* warm-up */
       die (e);
     gint64 t0 = g_get_monotonic_time ();
