@@ -354,9 +354,9 @@ START_TEST (test_beam_floor)
       Wide *t = g_new0 (Wide, 1);
       t->K = cfgs[ci].beam;
       PsmBeamFns f = { wide_step, NULL, t };
-      psm_beam_floor = on;
+      psm_paths.beam_floor = on;
       gboolean ok = psm_beam_search (&cfgs[ci], 4, &f, out[on], NULL);
-      psm_beam_floor = TRUE;
+      psm_paths.beam_floor = TRUE;
       ck_assert (ok);
       trace[on] = t->trace;
       g_free (t);

@@ -393,11 +393,11 @@ START_TEST (test_rows_skipped)
     FILE *js = open_memstream (&out[skip], &len);
     PsmEvalOptions opt = { 0 };
     opt.json = js;
-    psm_beam_skip_rows = skip;
+    psm_paths.beam_skip_rows = skip;
     long r0 = psm_beam_rows;
     gboolean ok = psm_model_decode_texts (m, texts, n, &opt, &e);
     rows[skip] = psm_beam_rows - r0;
-    psm_beam_skip_rows = TRUE;
+    psm_paths.beam_skip_rows = TRUE;
     ck_assert_msg (ok, "%s", e ? e->message : "");
     fclose (js);
   }

@@ -298,7 +298,7 @@ START_TEST (test_deferred_weight)
     c.iarg[0] = prec;
     float *gr[2][6];
     for (int v = 0; v < 2; v++) {   /* 0: nothing deferred, 1: W_x and W_h deferred */
-      psm_defer_weights = v == 1;
+      psm_paths.defer_weights = v == 1;
       for (int k = 0; k < 6; k++)
         memset (c.gx[k], 0, n_of (&c, k) * sizeof (float));
       PsmGraph *g = psm_graph_new ();
@@ -307,7 +307,7 @@ START_TEST (test_deferred_weight)
       for (int k = 0; k < 6; k++)
         gr[v][k] = g_memdup2 (c.gx[k], n_of (&c, k) * sizeof (float));
     }
-    psm_defer_weights = TRUE;
+    psm_paths.defer_weights = TRUE;
     for (int k = 0; k < 6; k++) {
       for (size_t i = 0; i < n_of (&c, k); i++)
         ck_assert_msg (fabsf (gr[1][k][i] - gr[0][k][i]) <= 1e-5f * (1 + fabsf (gr[0][k][i])),
@@ -760,10 +760,10 @@ START_TEST (test_gru_seq_paths)
 {
   PsmRng rng;
   psm_rng_seed (&rng, 8);
-  gboolean saved = psm_gru_packed;
+  gboolean saved = psm_paths.gru_packed;
   for (int packed = 0; packed < 2; packed++)
     for (int big = 0; big < 2; big++) {
-      psm_gru_packed = packed;
+      psm_paths.gru_packed = packed;
       int T = 4, B = big ? 70 : 13, H = big ? 20 : 70;
       size_t n[4] = { (size_t) T * B * 3 * H, (size_t) B * H, (size_t) H * 3 * H, 3 * (size_t) H };
       float a[4] = { 1.0f, 1.0f, 0.3f, 0.5f };
@@ -814,7 +814,7 @@ START_TEST (test_gru_seq_paths)
     }
   /* finite differences, padding rows included */
   for (int packed = 0; packed < 2; packed++) {
-    psm_gru_packed = packed;
+    psm_paths.gru_packed = packed;
     Case c = { 0 };
     int T = 3, B = 13, H = 70;
     c.which = 1;
@@ -827,7 +827,7 @@ START_TEST (test_gru_seq_paths)
     check_all (packed ? "gru_seq packed" : "gru_seq per-step gemm", f_gru, &c, 4, 5e-3f);
     free_case (&c);
   }
-  psm_gru_packed = saved;
+  psm_paths.gru_packed = saved;
 }
 END_TEST
 
@@ -1028,7 +1028,7 @@ START_TEST (test_gemm_bf16)
   psm_rng_seed (&rng, 21);
   int Ms[] = { 1, 10, 16, 17, 33, 60, 64, 100 }, Ks[] = { 1, 37, 64, 520 }, Ns[] = { 5, 70, 600 };
   for (int path = 0; path < 1 + amx; path++) {
-    psm_bf16_amx = path == 0;   /* AMX first when there is one, then the kernel */
+    psm_paths.bf16_amx = path == 0;   /* AMX first when there is one, then the kernel */
     for (int mi = 0; mi < (int) G_N_ELEMENTS (Ms); mi++)
       for (int ki = 0; ki < (int) G_N_ELEMENTS (Ks); ki++)
         for (int ni = 0; ni < (int) G_N_ELEMENTS (Ns); ni++)
@@ -1042,7 +1042,7 @@ START_TEST (test_gemm_bf16)
           for (int t = 0; t < 4; t++)
             check_gemm_bf16_op (&rng, t & 1, t >> 1, Mo[mi], Ko[ki], No[ni], (mi + ki + ni + t) % 2);
   }
-  psm_bf16_amx = TRUE;
+  psm_paths.bf16_amx = TRUE;
 
   /* through psm_linear: x [12, 40] W [40, 90] */
   enum { R = 12, K = 40, N = 90 };
@@ -1402,7 +1402,7 @@ START_TEST (test_train_bf16)
   if (!amx)
     fprintf (stderr, "test_train_bf16: no AMX here; only the packed kernel's path is checked\n");
   for (int path = 0; path < 1 + amx; path++) {
-    psm_bf16_amx = path == 0;
+    psm_paths.bf16_amx = path == 0;
     check_linear_bf16_train (70, 45, 97);
     check_linear_bf16_train (64, 96, 64);
     check_linear_bf16_train (1, 33, 20);
@@ -1412,7 +1412,7 @@ START_TEST (test_train_bf16)
     check_lstm_seq_bf16_train (FALSE);
     check_lstm_seq_bf16_train (TRUE);
   }
-  psm_bf16_amx = TRUE;
+  psm_paths.bf16_amx = TRUE;
 }
 END_TEST
 
@@ -1422,7 +1422,7 @@ END_TEST
  * without a mask; the whole-sequence ops against those cells step by step
  * (h rounded again at every step either way); and not the single-precision
  * result, so that the bf16 path did run. On AMX where the CPU has it,
- * and on the packed kernel (psm_bf16_amx unset). */
+ * and on the packed kernel (psm_paths.bf16_amx unset). */
 static float *
 rec_bf16_round (const float *x, size_t n)
 {
@@ -1483,7 +1483,7 @@ check_rec_bf16 (gboolean gru, gboolean masked)
       continue;
     }
     ck_assert_msg (fabsf (out[0][i] - out[1][i]) <= 2e-6f, "%s cell bf16 (mask %d, amx %d) [%zu] = %g, want %g",
-                   gru ? "GRU" : "LSTM", masked, psm_bf16_amx, i, out[0][i], out[1][i]);
+                   gru ? "GRU" : "LSTM", masked, psm_paths.bf16_amx, i, out[0][i], out[1][i]);
     maxd = MAX (maxd, fabsf (out[0][i] - out[2][i]));
   }
   ck_assert_msg (maxd > 1e-4, "%s cell: the bf16 graph gave the single-precision result", gru ? "GRU" : "LSTM");
@@ -1509,7 +1509,7 @@ check_rec_bf16 (gboolean gru, gboolean masked)
     for (int i = 0; i < B * H; i++)
       ck_assert_msg (fabsf (seq->data[(size_t) t * B * H + i] - hs->data[i]) <= 1e-5f,
                      "%s sequence bf16 (mask %d, amx %d): step %d [%d] = %g, cell %g", gru ? "GRU" : "LSTM", masked,
-                     psm_bf16_amx, t, i, seq->data[(size_t) t * B * H + i], hs->data[i]);
+                     psm_paths.bf16_amx, t, i, seq->data[(size_t) t * B * H + i], hs->data[i]);
   }
   psm_graph_free (g);
   for (int v = 0; v < 3; v++)
@@ -1528,11 +1528,11 @@ START_TEST (test_recurrence_bf16)
 {
   gboolean amx = psm_amx_usable ();
   for (int path = 0; path < 1 + amx; path++) {
-    psm_bf16_amx = path == 0;
+    psm_paths.bf16_amx = path == 0;
     for (int k = 0; k < 4; k++)
       check_rec_bf16 (k / 2, k % 2);
   }
-  psm_bf16_amx = TRUE;
+  psm_paths.bf16_amx = TRUE;
 }
 END_TEST
 
@@ -1870,11 +1870,11 @@ START_TEST (test_gru_seq_cols)
 {
   PsmRng rng;
   psm_rng_seed (&rng, 29);
-  gboolean saved = psm_gru_packed;
+  gboolean saved = psm_paths.gru_packed;
   enum { T = 5, B = 13, H = 20, K = 3 * H + 5 };
   for (int packed = 0; packed < 2; packed++)
     for (int rev = 0; rev < 2; rev++) {
-      psm_gru_packed = packed;
+      psm_paths.gru_packed = packed;
       Case c = { 0 };
       alloc_in (&c, 0, 3, T, B, K, &rng, 1.0f);
       alloc_in (&c, 1, 2, B, H, 0, &rng, 1.0f);
@@ -1919,7 +1919,7 @@ START_TEST (test_gru_seq_cols)
       g_free (R);
       free_case (&c);
     }
-  psm_gru_packed = saved;
+  psm_paths.gru_packed = saved;
   for (int rev = 0; rev < 2; rev++) {
     Case c = { 0 };
     c.which = rev;
@@ -2169,7 +2169,7 @@ END_TEST
 
 /* psm_linear of a locked dropout's output (dropout_linear, matmul.c): the
  * products skip the dropped units of each class of rows. Against the dense
- * product (psm_dropout_linear unset): the output, and the gradients of the
+ * product (psm_paths.dropout_linear unset): the output, and the gradients of the
  * dropout's input, W and b after the dropout's own backward; finite
  * differences on the skipping path. Case 0 is psm_locked_dropout itself
  * (p 0.5); case 1 a mask made here (x times it, noted as a dropout) with a
@@ -2208,7 +2208,7 @@ START_TEST (test_dropout_linear)
   /* set either way here: a build without the fast packed kernel
    * (PSM_PACK_FAST 0) keeps the dense product unless told, and this checks
    * the skipping path's gradient there too */
-  gboolean saved = psm_dropout_linear;
+  gboolean saved = psm_paths.dropout_linear;
   PsmRng rng;
   psm_rng_seed (&rng, 61);
   psm_rng_seed (&drop_rng, 62);
@@ -2224,7 +2224,7 @@ START_TEST (test_dropout_linear)
     alloc_in (&c, 2, 1, DL_N, 0, 0, &rng, 1.0f);
     float *y[2], *gr[2][3];
     for (int dense = 0; dense < 2; dense++) {
-      psm_dropout_linear = !dense;
+      psm_paths.dropout_linear = !dense;
       PsmProfile prof = { 0 };
       PsmGraph *g = psm_graph_new ();
       psm_graph_set_profile (g, &prof);
@@ -2240,7 +2240,7 @@ START_TEST (test_dropout_linear)
         gr[dense][k] = g_memdup2 (c.gx[k], n_of (&c, k) * sizeof (float));
       psm_graph_free (g);
     }
-    psm_dropout_linear = TRUE;   /* the finite differences below: the skipping path */
+    psm_paths.dropout_linear = TRUE;   /* the finite differences below: the skipping path */
     for (int i = 0; i < DL_T * DL_B * DL_N; i++)
       ck_assert_msg (fabsf (y[0][i] - y[1][i]) <= 1e-5f * (1 + fabsf (y[1][i])),
                      "dropout_linear case %d y[%d]: %g vs %g", which, i, y[0][i], y[1][i]);
@@ -2256,7 +2256,7 @@ START_TEST (test_dropout_linear)
     check_all (which ? "dropout_linear (mask made here)" : "dropout_linear", f_droplin, &c, 3, 1e-2f);
     free_case (&c);
   }
-  psm_dropout_linear = saved;
+  psm_paths.dropout_linear = saved;
 }
 END_TEST
 

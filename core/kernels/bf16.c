@@ -73,7 +73,6 @@ psm_bf16_round_bits (size_t n, const float *x, uint16_t *out)
 }
 
 static gboolean amx_ok;
-gboolean psm_bf16_amx = TRUE;
 
 static gpointer
 amx_probe (gpointer unused)
@@ -100,7 +99,7 @@ psm_amx_usable (void)
 {
   static GOnce once = G_ONCE_INIT;
   g_once (&once, amx_probe, NULL);
-  return amx_ok && psm_bf16_amx;
+  return amx_ok && psm_paths.bf16_amx;
 }
 
 size_t

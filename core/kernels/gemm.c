@@ -9,6 +9,15 @@
 #include <string.h>
 #include "kernels/kernels-internal.h"
 
+PsmPaths psm_paths = {
+  .bf16_amx = TRUE,
+  .defer_weights = TRUE,
+  .dropout_linear = PSM_PACK_FAST,
+  .gru_packed = PSM_PACK_FAST,
+  .beam_floor = TRUE,
+  .beam_skip_rows = TRUE,
+};
+
 void
 psm_gemm (gboolean ta, gboolean tb, int M, int N, int K, float alpha,
           const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc)

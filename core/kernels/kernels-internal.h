@@ -120,7 +120,6 @@ void psm_cell_recurrent_backward (int B, int H, int N, const float *mask, const 
 float psm_bf16_round (float x);
 void psm_bf16_round_bits (size_t n, const float *x, uint16_t *out);   /* the bits of n of them */
 gboolean psm_amx_usable (void);
-extern gboolean psm_bf16_amx;   /* unset: AMX not used (tests run both paths; set it before packing) */
 size_t psm_bf16_packed_bytes (int K, int n);
 void psm_bf16_pack (int K, int n, const float *w, void *out);
 void psm_gemm_bf16 (int M, int N, int K, const float *A, int lda, const void *wp, const float *bias, gboolean acc,
@@ -161,4 +160,23 @@ void psm_gemm_packed (int M, int N, int K, const float *A, int lda, const float 
  * without gradients, where the wide kernel is built, any number:
  * psm_packed_rows_ok). */
 #define PSM_PACKED_MAX_ROWS 64
+/* The switches that choose between paths giving the same results (to
+ * rounding), in one place: each on by default where its path is the
+ * faster, and turned both ways by the tests to compare the paths and to
+ * check each one's gradient in any build. Set before the graph that uses
+ * them is built (bf16_amx: before packing).
+ *   bf16_amx        AMX tiles for bfloat16 products where granted (bf16.c)
+ *   defer_weights   a decoder's per-step weight gradients summed once
+ *                   after all the steps (ops: notes.c, matmul.c, lstm.c)
+ *   dropout_linear  x W skipping a locked dropout's zeros (linear-dropout.c;
+ *                   default PSM_PACK_FAST: a baseline build keeps BLAS)
+ *   gru_packed      psm_gru_seq on packed weights, else one psm_gemm a step
+ *                   (gru.c; default PSM_PACK_FAST)
+ *   beam_floor      the beam search skips scores below a float floor
+ *   beam_skip_rows  the beam search asks only for the rows still live
+ *                   (model/psm-decode.c) */
+typedef struct {
+  gboolean bf16_amx, defer_weights, dropout_linear, gru_packed, beam_floor, beam_skip_rows;
+} PsmPaths;
+extern PsmPaths psm_paths;
 #endif

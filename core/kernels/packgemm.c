@@ -9,7 +9,7 @@
  * panels against 6 rows: kernel_rows_wide), written with GCC vector
  * extensions of the target's register width. Each element of C is one dot
  * product in k order, so the result does not depend on how the rows or
- * panels are shared out. Used by gru.c (psm_gru_packed); checked against
+ * panels are shared out. Used by gru.c (psm_paths.gru_packed); checked against
  * a plain loop in tests/test-ops.c. One thread on this project's machine
  * (BENCHMARKS.md): 32 x 384 x 256 in 29 us with AVX-512 (-march=native),
  * 60 us with -mavx2 -mfma, 158 us for baseline x86-64 (hence not used

@@ -7,13 +7,9 @@
 #include "ops/ops-internal.h"
 #include "config/config-internal.h"
 
-/* The beam search's switches for tests (psm-decode.c): psm_beam_floor
- * skips a row's scores that cannot enter the list by one compare against
- * a float floor (x <= psm_beam_score_floor (last, logp) implies logp + x
- * <= last); psm_beam_skip_rows FALSE asks the scorer for every row at
- * every step (as before psm skipped repeated beams and finished articles);
- * psm_beam_rows counts the rows asked for. */
-extern gboolean psm_beam_floor, psm_beam_skip_rows;
+/* The beam search (psm-decode.c): psm_beam_rows counts the rows asked of
+ * the scorer; x <= psm_beam_score_floor (last, logp) implies logp + x <=
+ * last (the floor of psm_paths.beam_floor). */
 extern long psm_beam_rows;
 float psm_beam_score_floor (double last, double logp);
 

@@ -127,8 +127,6 @@ push_cand (Cand *top, int *k, int cap, Cand c)
   top[i] = c;
 }
 
-gboolean psm_beam_floor = TRUE;
-gboolean psm_beam_skip_rows = TRUE;
 long psm_beam_rows;
 
 /* A float below which a row's score x cannot make logp + x (in double)
@@ -187,9 +185,9 @@ psm_beam_search (const PsmBeamConfig *cfg, int B, const PsmBeamFns *f, PsmHyp *o
   gboolean ok = TRUE;
   int live_articles = B;
   for (int t = 0; t < L && live_articles > 0; t++) {
-    int S = 0, n_act = 0, per = t || !psm_beam_skip_rows ? K : 1;
+    int S = 0, n_act = 0, per = t || !psm_paths.beam_skip_rows ? K : 1;
     for (int b = 0; b < B; b++)
-      if (!done[b] || !psm_beam_skip_rows)
+      if (!done[b] || !psm_paths.beam_skip_rows)
         act[n_act++] = b;
     __atomic_add_fetch (&psm_beam_rows, (long) n_act * per, __ATOMIC_RELAXED);
     const float *sc = f->step (f->ud, n, t ? parents : NULL, tokens, act, n_act, per, base, &S, error);
@@ -206,7 +204,7 @@ psm_beam_search (const PsmBeamConfig *cfg, int B, const PsmBeamFns *f, PsmHyp *o
         if (!cur.alive[r])
           continue;
         const float *row = sc + (size_t) (base[b] + r - b * K) * S;
-        float bar = k == cap && psm_beam_floor ? psm_beam_score_floor (top[cap - 1].v, cur.logp[r]) : -INFINITY;
+        float bar = k == cap && psm_paths.beam_floor ? psm_beam_score_floor (top[cap - 1].v, cur.logp[r]) : -INFINITY;
         for (int32_t s = next_above (row, 0, S, bar); s < S; s = next_above (row, s + 1, S, bar)) {
           if (!isfinite (row[s]))
             continue;
@@ -221,7 +219,7 @@ psm_beam_search (const PsmBeamConfig *cfg, int B, const PsmBeamFns *f, PsmHyp *o
           if (w >= 0 && repeats_ngram (f, &cur, r, w, cfg->block_ngram, buf))
             continue;
           push_cand (top, &k, cap, c);
-          if (k == cap && psm_beam_floor)
+          if (k == cap && psm_paths.beam_floor)
             bar = psm_beam_score_floor (top[cap - 1].v, cur.logp[r]);
         }
       }

@@ -144,9 +144,8 @@ gru_step_backward (int B, int H, const float *dho, const float *h, const float *
  * pass through W. Measured against one psm_gemm per step (bench-gru, 2
  * threads, BENCHMARKS.md): B = 32, H = 256 about 12 -> 8 ms per training
  * step; B = 128, H = 256 37.6 -> 31.6 ms; B = 250, H = 1000 1003 -> 963 ms.
- * Without vector FMA in the build (or with psm_gru_packed unset) the
+ * Without vector FMA in the build (or with psm_paths.gru_packed unset) the
  * per-step GEMMs go to psm_gemm, on the same rows. */
-gboolean psm_gru_packed = PSM_PACK_FAST;
 
 typedef struct {
   float *sv;     /* [T, B, 4H] */
@@ -287,7 +286,7 @@ psm_gru_seq_cols (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTensor
   const float *x = xp->data + col0;
   /* decode.precision bf16, in every build */
   const void *wb = psm_graph_bf16_weight (g, w->data, H, 3 * H, keep);
-  if (psm_gru_packed) {
+  if (psm_paths.gru_packed) {
     int ldg = psm_pack_panels (3 * H) * PSM_PACK_NR;
     /* a parameter's packed copy is the graph's (as psm_lstm_seq's) */
     const float *wc = wb ? NULL : psm_graph_packed_param (g, w, H, 3 * H, FALSE);
@@ -325,7 +324,7 @@ psm_gru_seq_cols (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTensor
     s->sv = sv;
     s->mask = psm_graph_dup (g, mask, (size_t) T * B * sizeof (float));
     s->reverse = reverse;
-    s->wpt = psm_gru_packed ? psm_graph_packed_param (g, w, 3 * H, H, TRUE) : NULL;   /* for dh = dG W^T */
+    s->wpt = psm_paths.gru_packed ? psm_graph_packed_param (g, w, 3 * H, H, TRUE) : NULL;   /* for dh = dG W^T */
     n->saved = s;
     n->iarg[0] = col0;
   }
@@ -343,7 +342,7 @@ psm_gru_seq_backward (PsmNode *n)
   size_t BH = (size_t) B * H;
   float *dG = psm_xmalloc ((size_t) T * B * 3 * H * sizeof (float), "GRU gradients");
   float *carry = psm_xmalloc0 (BH * sizeof (float), "GRU gradients");   /* dL/dh of the next step's input */
-  if (psm_gru_packed) {
+  if (psm_paths.gru_packed) {
     int ldc = psm_pack_panels (H) * PSM_PACK_NR;
     float *own = s->wpt ? NULL : psm_xaligned (psm_packed_floats (3 * H, H) * sizeof (float), "packed GRU weights");
     const float *wpt = s->wpt ? s->wpt : own;

@@ -28,7 +28,6 @@
  * 0 x w = 0, so the forward's sums are the dense kernel's to the bit, and
  * the backward's to rounding (an input that is inf or NaN at a dropped
  * unit would have made NaNs that this leaves out). */
-gboolean psm_dropout_linear = PSM_PACK_FAST;
 double psm_dropout_flops_skipped;
 
 #define DL_MIN_ROWS 16     /* rows a class at least (the kernel's blocks want a few) */
@@ -89,7 +88,7 @@ gboolean
 psm_dropout_linear_forward (PsmGraph *g, PsmTensor *x, const float *m, size_t period, PsmTensor *w, PsmTensor *b, PsmTensor *y)
 {
   int R = psm_tensor_rows (x), K = psm_tensor_cols (x), N = w->shape[1];
-  if (!psm_dropout_linear || period % K || !psm_graph_is_const (g, w->data) || omp_in_parallel ())
+  if (!psm_paths.dropout_linear || period % K || !psm_graph_is_const (g, w->data) || omp_in_parallel ())
     return FALSE;
   int Bm = (int) (period / K);
   if (R % Bm || R / Bm < DL_MIN_ROWS)

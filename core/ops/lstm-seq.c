@@ -19,7 +19,7 @@
  * Output [T + 1, B, H]: h at every position (in time order whichever the
  * direction), then the final c. Saved: the gates [T, B, 5H] and c at every
  * position [T, B, H]. Without vector FMA in the build the per-step GEMMs go
- * to psm_gemm instead (as psm_gru_packed says for the GRU). */
+ * to psm_gemm instead (as psm_paths.gru_packed says for the GRU). */
 
 typedef struct {
   float *sv;     /* [T, B, 5H] */

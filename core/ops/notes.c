@@ -242,12 +242,10 @@ dweight_free (gpointer p)
   g_free (d);
 }
 
-gboolean psm_defer_weights = TRUE;
-
 PsmDeferredWeight *
 psm_graph_deferred_weight (PsmGraph *g, PsmTensor *w, gboolean bf16)
 {
-  if (!w->grad || !psm_graph_grad_enabled (g) || !psm_defer_weights || w->ndim != 2)
+  if (!w->grad || !psm_graph_grad_enabled (g) || !psm_paths.defer_weights || w->ndim != 2)
     return NULL;
   Deferred *df = psm_graph_slot (g, &deferred_slot);
   for (guint i = 0; df->weights && i < df->weights->len; i++) {

@@ -44,8 +44,6 @@ typedef struct {
   GArray *rows;          /* PsmDeferredRows */
 } PsmDeferredWeight;
 PsmDeferredWeight *psm_graph_deferred_weight (PsmGraph *g, PsmTensor *w, gboolean bf16);
-/* FALSE: nothing deferred (tests compare both ways; default TRUE) */
-extern gboolean psm_defer_weights;
 
 /* Batch-major copies for the attention (core/ops/attention.c). Every decoder
  * step's attention reads each example's keys and annotations at all T
@@ -91,8 +89,7 @@ void psm_graph_clear_repeats (PsmGraph *g);
 /* Embedding lookups: psm_embedding notes that its n rows (at rows) are
  * table[ids], and psm_linear, given them as x, projects each distinct id
  * once (the embedding_linear path of psm_linear, matmul.c). The output of an op is
- * never written in place, so the note holds until the next reset (the
- * last four lookups are kept). */
+ * never written in place, so the note holds until the next reset. */
 /* Whether a lookup of R rows holding u distinct ids is projected that way:
  * more rows than a packed GEMM takes, a quarter or more repeating an id
  * (below that the copies cost more than the rows saved). */
@@ -102,14 +99,10 @@ PsmTensor *psm_graph_lookup_of (PsmGraph *g, const float *rows, int n, const int
 /* Locked dropouts likewise: psm_locked_dropout notes that its output (n
  * floats at rows) is its input times mask [period], repeated every period
  * floats; psm_linear, given it as x, skips the dropped units in its
- * products (linear-dropout.c) when psm_dropout_linear
- * is set: by default where the packed kernel is fast (PSM_PACK_FAST; a
- * baseline build keeps BLAS's dense product), and by tests either way, to
- * compare the paths and to check the skipping one's gradient in any build.
- * The last four are kept until the next reset. */
+ * products (linear-dropout.c) when psm_paths.dropout_linear is set.
+ * Kept until the next reset. */
 void psm_graph_note_dropout (PsmGraph *g, const float *rows, size_t n, const float *mask, size_t period);
 const float *psm_graph_dropout_of (PsmGraph *g, const float *rows, size_t n, size_t *period);
-extern gboolean psm_dropout_linear;
 /* The GEMM FLOPs those products left out (forward and backward), added up
  * for bench-lm's count of the FLOPs executed. */
 extern double psm_dropout_flops_skipped;
@@ -170,9 +163,6 @@ PSM_DECLARE_BACKWARD (mul_rows);
 PSM_DECLARE_BACKWARD (affine);
 PSM_DECLARE_BACKWARD (log);
 
-/* psm_gru_seq runs on packed weights when set (default PSM_PACK_FAST),
- * else on one psm_gemm per step; tests set it both ways. */
-extern gboolean psm_gru_packed;
 /* psm_linear's parts (matmul.c): whether y = x W takes the packed path (few
  * rows, or any number without gradients, and W a parameter); y = x W + b
  * in single precision on it (wp: W packed) or by one sgemm (wp NULL); and
