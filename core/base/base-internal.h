@@ -38,10 +38,10 @@ GPtrArray *psm_dist_gather_bytes (GBytes *mine);
 char *psm_dist_hosts (void);
 /* Rank 0's bytes (or NULL) on every rank: a new reference. */
 GBytes *psm_dist_bcast_bytes (GBytes *b);
-/* One update's reduction over the ranks: the gradient and *loss weighted
- * by this rank's share of the batch's target words and summed (one
- * MPI_Allreduce over the gradient buffer), the n values of extra summed as
- * they are. */
+/* One update's reduction over the ranks: the gradient grad [n_grad] and
+ * *loss weighted by this rank's share of the batch's target words and
+ * summed (one MPI_Allreduce over the gradient), the n values of extra
+ * summed as they are. */
 void psm_dist_reduce_update (float *grad, size_t n_grad, double share, double *loss, double *extra, int n);
 /* psm-batch.c: keeps rows lo .. lo + n - 1 of every [T, B] and [B]
  * array (B becomes n; T, Ty, the OOV words and candidates stay). */
