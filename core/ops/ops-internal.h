@@ -1,6 +1,6 @@
 /* ops-internal.h — what the op files (core/ops/) share: their backward
  * functions (op-table.c's rows), the notes one op leaves on a graph
- * for another (notes.c) and the switches tests flip to compare paths. */
+ * for another (notes.c) and psm_linear's parts that its files share. */
 #ifndef PSM_OPS_INTERNAL_H
 #define PSM_OPS_INTERNAL_H
 #include "tape/tape-internal.h"
