@@ -9,9 +9,14 @@
 #include <psm/psm.h>
 #include "rouge-stem.h"
 
+/* The script's five patterns, by the names it gives them: a stem with
+ * measure > 0, measure = 1, measure > 1, one holding a vowel, and one
+ * ending consonant-vowel-consonant (the last not w, x or y). */
+enum { MGR0, MEQ1, MGR1, VOWEL, CVC, N_PATTERNS };
+
 struct RougeStemmer {
   gboolean exceptions;
-  regex_t mgr0, meq1, mgr1, vowel, cvc;
+  regex_t re[N_PATTERNS];
 };
 
 #define RC "[^aeiou][^aeiouy]*"   /* consonant sequence ($C) */
@@ -81,23 +86,23 @@ porter (const RougeStemmer *r, GString *w)
   /* step 1b */
   n = w->len;
   if (ends_with (w->str, n, "eed")) {
-    if (stem_matches (&r->mgr0, tmp, w->str, n - 3))
+    if (stem_matches (&r->re[MGR0], tmp, w->str, n - 3))
       g_string_truncate (w, n - 1);
   } else if (ends_with (w->str, n, "ed") || ends_with (w->str, n, "ing")) {
     size_t k = n - (ends_with (w->str, n, "ed") ? 2 : 3);
-    if (stem_matches (&r->vowel, tmp, w->str, k)) {
+    if (stem_matches (&r->re[VOWEL], tmp, w->str, k)) {
       g_string_truncate (w, k);
       if (ends_with (w->str, k, "at") || ends_with (w->str, k, "bl") || ends_with (w->str, k, "iz"))
         g_string_append_c (w, 'e');
       else if (k >= 2 && w->str[k - 1] == w->str[k - 2] && !strchr ("aeiouylsz", w->str[k - 1]))
         g_string_truncate (w, k - 1);
-      else if (matches (&r->cvc, w->str))
+      else if (matches (&r->re[CVC], w->str))
         g_string_append_c (w, 'e');
     }
   }
   /* step 1c */
   n = w->len;
-  if (n >= 1 && w->str[n - 1] == 'y' && stem_matches (&r->vowel, tmp, w->str, n - 1))
+  if (n >= 1 && w->str[n - 1] == 'y' && stem_matches (&r->re[VOWEL], tmp, w->str, n - 1))
     w->str[n - 1] = 'i';
   /* steps 2 and 3 */
   for (int step = 2; step <= 3; step++) {
@@ -107,7 +112,7 @@ porter (const RougeStemmer *r, GString *w)
     int i = longest_suffix (w->str, n, suf);
     if (i >= 0) {
       size_t k = n - strlen (suf[i]);
-      if (stem_matches (&r->mgr0, tmp, w->str, k)) {
+      if (stem_matches (&r->re[MGR0], tmp, w->str, k)) {
         g_string_truncate (w, k);
         g_string_append (w, to[i]);
       }
@@ -118,18 +123,18 @@ porter (const RougeStemmer *r, GString *w)
   int i = longest_suffix (w->str, n, step4);
   if (i >= 0) {
     size_t k = n - strlen (step4[i]);
-    if (stem_matches (&r->mgr1, tmp, w->str, k))
+    if (stem_matches (&r->re[MGR1], tmp, w->str, k))
       g_string_truncate (w, k);
   }
   n = w->len;
-  if (ends_with (w->str, n, "ment") && stem_matches (&r->mgr1, tmp, w->str, n - 4))
+  if (ends_with (w->str, n, "ment") && stem_matches (&r->re[MGR1], tmp, w->str, n - 4))
     g_string_truncate (w, n - 4);
   n = w->len;
   if (ends_with (w->str, n, "ent")) {
-    if (stem_matches (&r->mgr1, tmp, w->str, n - 3))
+    if (stem_matches (&r->re[MGR1], tmp, w->str, n - 3))
       g_string_truncate (w, n - 3);
   } else if (ends_with (w->str, n, "sion") || ends_with (w->str, n, "tion")) {
-    if (stem_matches (&r->mgr1, tmp, w->str, n - 3))
+    if (stem_matches (&r->re[MGR1], tmp, w->str, n - 3))
       g_string_truncate (w, n - 3);
   }
   /* step 5 */
@@ -137,11 +142,11 @@ porter (const RougeStemmer *r, GString *w)
   if (n >= 1 && w->str[n - 1] == 'e') {
     g_string_truncate (tmp, 0);
     g_string_append_len (tmp, w->str, (gssize) n - 1);
-    if (matches (&r->mgr1, tmp->str) || (matches (&r->meq1, tmp->str) && !matches (&r->cvc, tmp->str)))
+    if (matches (&r->re[MGR1], tmp->str) || (matches (&r->re[MEQ1], tmp->str) && !matches (&r->re[CVC], tmp->str)))
       g_string_truncate (w, n - 1);
   }
   n = w->len;
-  if (ends_with (w->str, n, "ll") && matches (&r->mgr1, w->str))
+  if (ends_with (w->str, n, "ll") && matches (&r->re[MGR1], w->str))
     g_string_truncate (w, n - 1);
   if (y)
     w->str[0] = 'y';
@@ -176,13 +181,12 @@ rouge_stemmer_new (gboolean exceptions, GError **error)
 {
   RougeStemmer *r = g_new0 (RougeStemmer, 1);
   r->exceptions = exceptions;
-  regex_t *re[] = { &r->mgr0, &r->meq1, &r->mgr1, &r->vowel, &r->cvc };
-  const char *pattern[] = { "^(" RC ")?" RV RC, "^(" RC ")?" RV RC "(" RV ")?$", "^(" RC ")?" RV RC RV RC,
-                            "^(" RC ")?[aeiouy]", "^" RC "[aeiouy][^aeiouwxy]$" };
-  for (unsigned i = 0; i < G_N_ELEMENTS (re); i++)
-    if (regcomp (re[i], pattern[i], REG_EXTENDED | REG_NOSUB)) {
+  static const char *const pattern[N_PATTERNS] = { "^(" RC ")?" RV RC, "^(" RC ")?" RV RC "(" RV ")?$", "^(" RC ")?" RV RC RV RC,
+                                                    "^(" RC ")?[aeiouy]", "^" RC "[aeiouy][^aeiouwxy]$" };
+  for (unsigned i = 0; i < N_PATTERNS; i++)
+    if (regcomp (&r->re[i], pattern[i], REG_EXTENDED | REG_NOSUB)) {
       while (i--)
-        regfree (re[i]);
+        regfree (&r->re[i]);
       g_free (r);
       g_set_error (error, PSM_RUN_ERROR, PSM_RUN_ERROR_FAILED, "rouge: cannot compile the stemmer's patterns");
       return NULL;
@@ -195,10 +199,7 @@ rouge_stemmer_free (RougeStemmer *r)
 {
   if (!r)
     return;
-  regfree (&r->mgr0);
-  regfree (&r->meq1);
-  regfree (&r->mgr1);
-  regfree (&r->vowel);
-  regfree (&r->cvc);
+  for (unsigned i = 0; i < N_PATTERNS; i++)
+    regfree (&r->re[i]);
   g_free (r);
 }
