@@ -13,15 +13,9 @@ import os
 import re
 import sys
 
+from runlogs import read   # bench/runlogs.py, beside this script
+
 out = sys.argv[1] if len(sys.argv) > 1 else "runs/lm-grid"
-
-
-def read(path):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except OSError:
-        return ""
 
 
 def curve(name):

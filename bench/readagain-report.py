@@ -12,6 +12,8 @@ import os
 import re
 import sys
 
+from runlogs import read   # bench/runlogs.py, beside this script
+
 root = sys.argv[1] if len(sys.argv) > 1 else "runs/readagain"
 here = os.path.dirname(os.path.abspath(__file__))
 names = []
@@ -19,14 +21,6 @@ with open(os.path.join(here, "..", "pipelines", "gigaword_readagain_ablations.tx
     for line in f:
         if line.strip() and not line.startswith("#"):
             names.append(line.split()[0])
-
-
-def read(path):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except OSError:
-        return ""
 
 
 def scores(text, split):
