@@ -1936,7 +1936,7 @@ START_TEST (test_gru_seq_cols)
 END_TEST
 
 /* psm_lstm_seq and psm_gru_seq with W a parameter of the graph: W and W^T
- * packed in the graph's cache (psm_graph_packed_param) instead of a copy
+ * packed in the graph's cache (the weight plan's PACKED path) instead of a copy
  * of the op's own. Output and the gradients of every input, bit for bit
  * against W outside the cache; after a reset and a change of W (an update)
  * W is packed again; with keep set (an evaluation) the copy serves after

@@ -60,7 +60,7 @@ psm_dotf (const float *a, const float *b, int n)
  * 5-10 % slower on it than on the 8-row kernel, 60 rows 5-7 % faster:
  * bench-packed 650 2600); and then also the decoding graphs' products of
  * more than PSM_PACKED_MAX_ROWS rows take the packed path
- * (psm_packed_rows_ok). psm_packed_gemm_rows has its own rule: rows read
+ * (the weight plan, tape-internal.h). psm_packed_gemm_rows has its own rule: rows read
  * by index from PSM_PACK_WIDE_ROWS, rows read in place at any count
  * (dropout_linear's backward blocks of 12; packgemm.c says why). */
 #if PSM_PACK_VL == 16 && PSM_PACK_FAST
@@ -158,7 +158,7 @@ void psm_gemm_packed (int M, int N, int K, const float *A, int lda, const float 
                       float *C, int ldc);
 /* The rows up to which a GEMM uses packed weights when it can (in a graph
  * without gradients, where the wide kernel is built, any number:
- * psm_packed_rows_ok). */
+ * the weight plan of tape-internal.h). */
 #define PSM_PACKED_MAX_ROWS 64
 /* The switches that choose between paths giving the same results (to
  * rounding), in one place: each on by default where its path is the

@@ -89,21 +89,16 @@ gru_row_backward (int H, gboolean masked, const float *d, const float *hp, const
 }
 
 /* Forward of one step for all rows, on the real rows only (mask [B] may be
- * NULL), through psm_gemm or on W packed (wp, or NULL); writes h' and the
- * saved gates. G: scratch [B, 3H]; hc: scratch [B, H] when there is a
- * mask. */
+ * NULL), h W on the plan's path; writes h' and the saved gates. G:
+ * scratch [B, 3H]; hc: scratch [B, H] when there is a mask. */
 static void
-gru_step_forward (int B, int H, const float *xp, const float *h, const float *w, const float *wp, const void *wb,
-                  const float *bh, const float *mask, float *G, float *hc, float *hout, float *sv)
+gru_step_forward (int B, int H, const float *xp, const float *h, const PsmWeightPlan *p, const float *bh,
+                  const float *mask, float *G, float *hc, float *hout, float *sv)
 {
   const float *hin;
   int R = psm_pack_real_rows (mask, 0, B, 0, B, h, H, hc, &hin);   /* G's row r: the r-th real row */
-  if (R && wb)   /* decode.precision bf16 */
-    psm_gemm_bf16 (R, 3 * H, H, hin, H, wb, NULL, FALSE, G, 3 * H);
-  else if (R && wp)
-    psm_gemm_packed (R, 3 * H, H, hin, H, wp, NULL, FALSE, G, 3 * H);
-  else if (R)
-    psm_gemm (FALSE, FALSE, R, 3 * H, H, 1.0f, hin, H, w, 3 * H, 0.0f, G, 3 * H);
+  if (R)
+    psm_weight_gemm (p, R, hin, H, NULL, FALSE, G, 3 * H);
   int *ix = psm_xmalloc ((size_t) MAX (B, 1) * sizeof (int), "GRU scratch");
   for (int b = 0, r = 0; b < B; b++)
     ix[b] = mask && mask[b] == 0.0f ? -1 : r++;
@@ -230,21 +225,18 @@ psm_gru_cell (PsmGraph *g, PsmTensor *xp, PsmTensor *h, PsmTensor *w, PsmTensor 
   float *G = psm_xmalloc ((size_t) B * 3 * H * sizeof (float), "GRU scratch");
   float *hc = mask ? psm_xmalloc ((size_t) B * H * sizeof (float), "GRU scratch") : NULL;
   float *sv = psm_graph_alloc (g, (size_t) B * 4 * H * sizeof (float));
-  /* a parameter's W packed once a graph (as psm_lstm_cell): the steps of a
-   * sequence, or of a decoding, share it */
-  gboolean packed = psm_packed_rows_ok (g, B) && psm_graph_is_const (g, w->data);
-  const void *wb = psm_graph_bf16_weight (g, w->data, H, 3 * H, out->grad != NULL);
-  gru_step_forward (B, H, xp->data, h->data, w->data,
-                    packed && !wb ? psm_graph_packed (g, w->data, H, 3 * H, FALSE) : NULL, wb, bh->data, mask, G, hc,
-                    out->data, sv);
+  /* h W's path (tape-internal.h; as psm_lstm_cell's): a parameter's W
+   * packed once a graph, shared by the steps of a sequence or a decoding */
+  PsmWeightPlan p = psm_weight_plan (g, w, H, 3 * H, B, out->grad != NULL, 0);
+  gru_step_forward (B, H, xp->data, h->data, &p, bh->data, mask, G, hc, out->data, sv);
   free (hc);
   free (G);
   PsmNode *n = psm_graph_record (g, PSM_OP_GRU_CELL, out, 4, in);
   if (n) {
     n->saved = sv;
     n->aux[0] = psm_graph_dup (g, mask, B * sizeof (float));
-    if (packed && h->grad)   /* dh = dG W^T on W^T packed */
-      n->aux[1] = psm_graph_packed (g, w->data, 3 * H, H, TRUE);
+    if (p.path == PSM_WEIGHT_PACKED && h->grad)   /* dh = dG W^T on W^T packed */
+      n->aux[1] = psm_weight_transposed (g, &p);
   }
   return out;
 }
@@ -284,13 +276,17 @@ psm_gru_seq_cols (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTensor
   gboolean keep = out->grad != NULL;
   float *sv = keep ? psm_graph_alloc (g, (size_t) T * B * 4 * H * sizeof (float)) : NULL;
   const float *x = xp->data + col0;
-  /* decode.precision bf16, in every build */
-  const void *wb = psm_graph_bf16_weight (g, w->data, H, 3 * H, keep);
+  /* h W's path (tape-internal.h): decode.precision bf16 in every build; a
+   * parameter's packed copy is the graph's (as psm_lstm_seq's) */
+  PsmWeightPlan p = psm_weight_plan (g, w, H, 3 * H, B, keep,
+                                     PSM_PLAN_ANY_ROWS | (psm_paths.gru_packed ? 0 : PSM_PLAN_NO_PACKED));
+  const void *wb = p.path == PSM_WEIGHT_BF16 ? p.op : NULL;
   if (psm_paths.gru_packed) {
     int ldg = psm_pack_panels (3 * H) * PSM_PACK_NR;
-    /* a parameter's packed copy is the graph's (as psm_lstm_seq's) */
-    const float *wc = wb ? NULL : psm_graph_packed_param (g, w, H, 3 * H, FALSE);
-    float *own = wc || wb ? NULL : psm_xaligned (psm_packed_floats (H, 3 * H) * sizeof (float), "packed GRU weights");
+    const float *wc = p.path == PSM_WEIGHT_PACKED ? p.op : NULL;
+    float *own = p.path == PSM_WEIGHT_BLAS ? psm_xaligned (psm_packed_floats (H, 3 * H) * sizeof (float),
+                                                           "packed GRU weights")
+                                           : NULL;
     const float *wp = wc ? wc : own;
 #pragma omp parallel num_threads (psm_pack_threads (B))
     {
@@ -324,7 +320,7 @@ psm_gru_seq_cols (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTensor
     s->sv = sv;
     s->mask = psm_graph_dup (g, mask, (size_t) T * B * sizeof (float));
     s->reverse = reverse;
-    s->wpt = psm_paths.gru_packed ? psm_graph_packed_param (g, w, 3 * H, H, TRUE) : NULL;   /* for dh = dG W^T */
+    s->wpt = p.path == PSM_WEIGHT_PACKED ? psm_weight_transposed (g, &p) : NULL;   /* for dh = dG W^T */
     n->saved = s;
     n->iarg[0] = col0;
   }

@@ -23,15 +23,15 @@ typedef struct {
   float *z, *lse;
   int32_t *t;
   const void *wtp;   /* W^T packed for dx (NULL without x's gradient) */
-  gboolean fp32;     /* linear_pick_fp32's: z single precision, W in w */
-  const float *wp;   /* fp32: W packed, when z was made on the packed path */
+  gboolean fp32;     /* linear_pick_fp32's: z single precision */
+  PsmWeightPlan p;   /* fp32: how z was made (a second backward makes it again) */
   gboolean dz;       /* fp32: z holds its gradient now (the backward ran) */
 } PickSaved;
 
 /* The fused op's output y [R, 1], and (pick_finish) the rest of its
  * forward once the scores z [R, N] are made: each row's log-sum-exp and
  * pick, the node and what its backward reads (wtp: W^T packed for dx, or
- * NULL; fp32 and wp as PickSaved's). */
+ * NULL; fp32 and p as PickSaved's). */
 static PsmTensor *
 pick_out (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b)
 {
@@ -42,7 +42,7 @@ pick_out (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b)
 
 static PsmTensor *
 pick_finish (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b, PsmTensor *y, float *z, const int32_t *t,
-             const void *wtp, gboolean fp32, const float *wp)
+             const void *wtp, gboolean fp32, const PsmWeightPlan *p)
 {
   int R = psm_tensor_rows (x), N = w->shape[1];
   float *lse = psm_graph_alloc (g, (size_t) MAX (R, 1) * sizeof (float));
@@ -61,7 +61,8 @@ pick_finish (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b, PsmTensor *y
     sv->t = psm_graph_dup (g, t, (size_t) R * sizeof (int32_t));
     sv->wtp = wtp;
     sv->fp32 = fp32;
-    sv->wp = wp;
+    if (p)
+      sv->p = *p;
     sv->dz = FALSE;
     nd->saved = sv;
   }
@@ -69,22 +70,18 @@ pick_finish (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b, PsmTensor *y
 }
 
 static PsmTensor *
-linear_pick_bf16 (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b, const int32_t *t)
+linear_pick_bf16 (PsmGraph *g, const PsmWeightPlan *p, PsmTensor *x, PsmTensor *w, PsmTensor *b, const int32_t *t)
 {
-  int R = psm_tensor_rows (x), K = psm_tensor_cols (x), N = w->shape[1];
+  int R = psm_tensor_rows (x), N = w->shape[1];
   const int32_t *ids;
   if (R > PSM_PACKED_MAX_ROWS && psm_graph_lookup_of (g, x->data, R, &ids))
     return NULL;   /* embedding_linear's case: psm_linear's own */
-  const void *wp = psm_graph_bf16_train_weight (g, w->data, K, N, FALSE);
-  if (!wp)
-    return NULL;
   for (int r = 0; r < R; r++)
     g_return_val_if_fail (t[r] < N, NULL);
   PsmTensor *y = pick_out (g, x, w, b);
   float *z = psm_graph_alloc (g, (size_t) MAX (R, 1) * N * sizeof (float));
-  psm_gemm_bf16 (R, N, K, x->data, K, wp, b ? b->data : NULL, FALSE, z, N);
-  return pick_finish (g, x, w, b, y, z, t, x->grad ? psm_graph_bf16_train_weight (g, w->data, N, K, TRUE) : NULL,
-                      FALSE, NULL);
+  psm_weight_gemm (p, R, x->data, p->K, b ? b->data : NULL, FALSE, z, N);
+  return pick_finish (g, x, w, b, y, z, t, x->grad ? psm_weight_transposed (g, p) : NULL, FALSE, NULL);
 }
 
 /* ---- the same in single precision ----
@@ -99,7 +96,7 @@ linear_pick_bf16 (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b, const i
  * dropout's x, whose psm_linear paths differ (NULL: the caller uses the
  * pair). */
 static PsmTensor *
-linear_pick_fp32 (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b, const int32_t *t)
+linear_pick_fp32 (PsmGraph *g, const PsmWeightPlan *p, PsmTensor *x, PsmTensor *w, PsmTensor *b, const int32_t *t)
 {
   int R = psm_tensor_rows (x), K = psm_tensor_cols (x), N = w->shape[1];
   const int32_t *ids;
@@ -110,12 +107,9 @@ linear_pick_fp32 (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b, const i
   for (int r = 0; r < R; r++)
     g_return_val_if_fail (t[r] < N, NULL);
   PsmTensor *y = pick_out (g, x, w, b);
-  gboolean packed = psm_linear_use_packed (g, R, w);
   float *z = psm_graph_alloc (g, (size_t) MAX (R, 1) * N * sizeof (float));
-  const float *wp = packed ? psm_graph_packed (g, w->data, K, N, FALSE) : NULL;
-  psm_linear_store (R, K, N, x->data, w, wp, b, z);
-  return pick_finish (g, x, w, b, y, z, t, packed && x->grad ? psm_graph_packed (g, w->data, N, K, TRUE) : NULL, TRUE,
-                      wp);
+  psm_weight_gemm (p, R, x->data, K, b ? b->data : NULL, FALSE, z, N);
+  return pick_finish (g, x, w, b, y, z, t, x->grad ? psm_weight_transposed (g, p) : NULL, TRUE, p);
 }
 
 static void
@@ -127,7 +121,7 @@ linear_pick_fp32_backward (PsmNode *n)
   float *z = sv->z;
   const float *d = n->out->grad;
   if (sv->dz)   /* a second backward over the graph: the scores again */
-    psm_linear_store (R, K, N, x->data, w, sv->wp, b, z);
+    psm_weight_gemm (&sv->p, R, x->data, K, b ? b->data : NULL, FALSE, z, N);
   sv->dz = TRUE;
 #pragma omp parallel for if ((size_t) R * N > 100000) schedule (static)
   for (int r = 0; r < R; r++) {
@@ -173,8 +167,10 @@ psm_linear_pick_log_softmax (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor 
   g_return_val_if_fail (x && x->ndim >= 1 && w && w->ndim == 2 && targets, NULL);
   g_return_val_if_fail (w->shape[0] == psm_tensor_cols (x) && (!b || (int) b->n == w->shape[1]), NULL);
   if ((x->grad || w->grad) && psm_graph_grad_enabled (g)) {
-    PsmTensor *y = psm_graph_bf16_train (g) ? linear_pick_bf16 (g, x, w, b, targets)
-                                            : linear_pick_fp32 (g, x, w, b, targets);
+    /* the product's path as psm_linear's (tape-internal.h) */
+    PsmWeightPlan p = psm_weight_plan (g, w, w->shape[0], w->shape[1], psm_tensor_rows (x), TRUE, PSM_PLAN_BF16_TRAIN);
+    PsmTensor *y = p.path == PSM_WEIGHT_BF16_TRAIN ? linear_pick_bf16 (g, &p, x, w, b, targets)
+                                                   : linear_pick_fp32 (g, &p, x, w, b, targets);
     if (y)
       return y;
   }

@@ -11,7 +11,7 @@
 
 /* ---- Whole sequences (psm_lstm_seq): the recurrence of psm_gru_seq's
  * design. The weights are packed once per sequence (W for h W, W^T for
- * dG W^T; a parameter's in the graph's cache, psm_graph_packed_param, so
+ * dG W^T; a parameter's in the graph's cache (its weight plan), so
  * that an evaluation or a decoding packs them once for all its batches)
  * and each thread runs the whole recurrence for its own block of
  * rows; rows are independent sequences, so nothing is shared after the
@@ -282,18 +282,20 @@ psm_lstm_seq_zoneout (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTe
   float *sv = keep ? psm_graph_alloc (g, (size_t) T * B * 5 * H * sizeof (float)) : NULL;
   float *cs = psm_graph_alloc (g, (size_t) (keep ? T : 2) * BH * sizeof (float));
   int ldg = PSM_PACK_FAST ? psm_pack_panels (4 * H) * PSM_PACK_NR : 4 * H;
-  /* decode.precision bf16 (no gradient) and train.precision bf16 (with
-   * one): h W on bfloat16 operands (psm_gemm_bf16), in every build */
-  const void *wb = keep ? psm_graph_bf16_train_weight (g, w->data, H, 4 * H, FALSE)
-                        : psm_graph_bf16_weight (g, w->data, H, 4 * H, keep);
+  /* h W's path (tape-internal.h): decode.precision bf16 (no gradient) and
+   * train.precision bf16 (with one) on bfloat16 operands (psm_gemm_bf16)
+   * in every build; else a parameter's packed copy, the graph's (kept over
+   * a decoding's batches); another W is packed here */
+  PsmWeightPlan p = psm_weight_plan (g, w, H, 4 * H, B, keep, PSM_PLAN_BF16_TRAIN | PSM_PLAN_ANY_ROWS);
+  const void *wb = p.path == PSM_WEIGHT_BF16 || p.path == PSM_WEIGHT_BF16_TRAIN ? p.op : NULL;
   if (wb && keep && psm_amx_usable () && !omp_in_parallel ()) {
     lstm_seq_forward_cols (T, B, H, reverse, xp->data + col0, ldx, h0->data, c0->data, wb, mask, out->data, cs, sv, zh,
                            zc);
   } else if (PSM_PACK_FAST) {
-    /* a parameter's packed copy is the graph's (kept over a decoding's
-     * batches); another W is packed here */
-    const float *wc = wb ? NULL : psm_graph_packed_param (g, w, H, 4 * H, FALSE);
-    float *own = wc || wb ? NULL : psm_xaligned (psm_packed_floats (H, 4 * H) * sizeof (float), "packed LSTM weights");
+    const float *wc = p.path == PSM_WEIGHT_PACKED ? p.op : NULL;
+    float *own = p.path == PSM_WEIGHT_BLAS ? psm_xaligned (psm_packed_floats (H, 4 * H) * sizeof (float),
+                                                           "packed LSTM weights")
+                                           : NULL;
     const float *wp = wc ? wc : own;
 #pragma omp parallel num_threads (psm_pack_threads (B))
     {
@@ -329,8 +331,9 @@ psm_lstm_seq_zoneout (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTe
     s->zh = zh;   /* the caller keeps them until the backward pass */
     s->zc = zc;
     /* for dh = dG W^T */
-    s->wbt = wb ? psm_graph_bf16_train_weight (g, w->data, 4 * H, H, TRUE) : NULL;
-    s->wpt = s->wbt ? NULL : psm_graph_packed_param (g, w, 4 * H, H, TRUE);
+    const void *wt = psm_weight_transposed (g, &p);
+    s->wbt = p.path == PSM_WEIGHT_BF16_TRAIN ? wt : NULL;
+    s->wpt = p.path == PSM_WEIGHT_PACKED ? wt : NULL;
     n->saved = s;
     n->iarg[0] = col0;
   }

@@ -34,25 +34,22 @@ psm_lstm_cell (PsmGraph *g, PsmTensor *xp, PsmTensor *h, PsmTensor *c, PsmTensor
   int B = psm_tensor_rows (h), H = psm_tensor_cols (h);
   g_return_val_if_fail (psm_tensor_rows (xp) == B && psm_tensor_cols (xp) == 4 * H, NULL);
   g_return_val_if_fail (c->n == h->n && w->n == (size_t) H * 4 * H, NULL);
-  /* a decoder step's h W: W's gradient summed over the steps at the end
-   * (before this node is recorded, so that its node's backward runs after) */
-  PsmDeferredWeight *dw = !mask && w->grad && w->ndim == 2 && w->shape[0] == H && B <= PSM_PACKED_MAX_ROWS &&
-                          psm_graph_is_const (g, w->data)
-                          ? psm_graph_deferred_weight (g, w, FALSE) : NULL;
+  /* h W's path (tape-internal.h); a decoder step's W gradient summed over
+   * the steps at the end (before this node is recorded, so that its node's
+   * backward runs after) */
   PsmTensor *in[4] = { xp, h, c, w };
+  PsmWeightPlan p = psm_weight_plan (g, w, H, 4 * H, B, psm_needs_grad (g, 4, in), mask ? 0 : PSM_PLAN_DEFER);
+  PsmDeferredWeight *dw = p.defer ? psm_graph_deferred_weight (g, w, FALSE) : NULL;
   int shape[3] = { 2, B, H };
   PsmTensor *out = psm_op_out (g, 3, shape, 4, in);
   /* the gates and tanh c' for the backward; without one (decoding) none */
   float *sv = out->grad ? psm_graph_alloc (g, (size_t) B * 5 * H * sizeof (float)) : NULL;
-  /* decode.precision bf16: h W on bfloat16 operands */
-  const void *wb = psm_graph_bf16_weight (g, w->data, H, 4 * H, out->grad != NULL);
-  gboolean packed = psm_packed_rows_ok (g, B) && psm_graph_is_const (g, w->data);
   /* without a backward or a mask (decoding), on the kernels whose dot
    * product is complete before C is added to it: G = h W, xp added row by
    * row below (the same sum xp + h W, without copying xp to G first; not
    * on BLAS, whose blocks over k each add to C), and G from the graph's
    * arena (a fresh 5 MB a step had been page faults) */
-  gboolean fold = !sv && !mask && (wb || packed);
+  gboolean fold = !sv && !mask && p.path != PSM_WEIGHT_BLAS;
   float *G = fold ? psm_graph_alloc (g, (size_t) MAX (B, 1) * 4 * H * sizeof (float))
                   : psm_xmalloc ((size_t) MAX (B, 1) * 4 * H * sizeof (float), "LSTM scratch");
   float *hc = mask ? psm_xmalloc ((size_t) B * H * sizeof (float), "LSTM scratch") : NULL;
@@ -62,12 +59,8 @@ psm_lstm_cell (PsmGraph *g, PsmTensor *xp, PsmTensor *h, PsmTensor *c, PsmTensor
   if (xin != G && !fold)
     memcpy (G, xin, (size_t) R * 4 * H * sizeof (float));
   psm_pack_real_rows (mask, 0, B, 0, B, h->data, H, hc, &hin);
-  if (R && wb)
-    psm_gemm_bf16 (R, 4 * H, H, hin, H, wb, NULL, !fold, G, 4 * H);
-  else if (packed && R)
-    psm_gemm_packed (R, 4 * H, H, hin, H, psm_graph_packed (g, w->data, H, 4 * H, FALSE), NULL, !fold, G, 4 * H);
-  else if (R)
-    psm_gemm (FALSE, FALSE, R, 4 * H, H, 1.0f, hin, H, w->data, 4 * H, 1.0f, G, 4 * H);
+  if (R)
+    psm_weight_gemm (&p, R, hin, H, NULL, !fold, G, 4 * H);
   free (hc);
   /* G's row of example b: the real rows before b */
   int *grow = mask ? psm_xmalloc ((size_t) MAX (B, 1) * sizeof (int), "LSTM scratch") : NULL;
@@ -107,8 +100,8 @@ psm_lstm_cell (PsmGraph *g, PsmTensor *xp, PsmTensor *h, PsmTensor *c, PsmTensor
     s->dG = dw ? psm_graph_alloc (g, (size_t) MAX (B, 1) * 4 * H * sizeof (float)) : NULL;
     n->saved = s;
     n->aux[0] = psm_graph_dup (g, mask, B * sizeof (float));
-    if (packed && h->grad)   /* dh = dG W^T on W^T packed */
-      n->aux[1] = psm_graph_packed (g, w->data, 4 * H, H, TRUE);
+    if (p.path == PSM_WEIGHT_PACKED && h->grad)   /* dh = dG W^T on W^T packed */
+      n->aux[1] = psm_weight_transposed (g, &p);
   }
   return out;
 }

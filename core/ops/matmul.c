@@ -69,15 +69,6 @@ psm_matmul_backward (PsmNode *n)
   }
 }
 
-/* Whether y = x W with this x and W takes the packed path: few rows (or
- * any number without gradients, psm_packed_rows_ok), a parameter as W, and
- * a build with the packed kernel. */
-gboolean
-psm_linear_use_packed (PsmGraph *g, int rows, const PsmTensor *w)
-{
-  return psm_packed_rows_ok (g, rows) && psm_graph_is_const (g, w->data);
-}
-
 /* The distinct ids of an embedding_linear node and the rows they had. */
 typedef struct {
   int nu;
@@ -120,11 +111,9 @@ embedding_linear (PsmGraph *g, PsmTensor *x, PsmTensor *table, const int32_t *id
     if (b)
       memcpy (u + (size_t) k * N, b->data, N * sizeof (float));
   }
-  const void *wb = psm_graph_bf16_weight (g, w->data, K, N, y->grad != NULL);   /* decode.precision bf16 */
-  if (wb)
-    psm_gemm_bf16 (nu, N, K, xu, K, wb, NULL, b != NULL, u, N);
-  else
-    psm_gemm (FALSE, FALSE, nu, N, K, 1.0f, xu, K, w->data, N, b ? 1.0f : 0.0f, u, N);
+  /* its own product: decode.precision bf16 or one sgemm */
+  PsmWeightPlan p = psm_weight_plan (g, w, K, N, nu, y->grad != NULL, PSM_PLAN_NO_PACKED);
+  psm_weight_gemm (&p, nu, xu, K, NULL, b != NULL, u, N);
 #pragma omp parallel for if ((long) R * N >= 65536) schedule (static)
   for (int r = 0; r < R; r++)
     memcpy (y->data + (size_t) r * N, u + (size_t) which[r] * N, N * sizeof (float));
@@ -193,23 +182,19 @@ typedef struct {
  * single precision, on AMX tiles where the CPU has them (kernels/bf16.c). A
  * locked dropout's zeros are products like any other here: on AMX the
  * dense product costs less than the kept units' gathers and packings. */
-static gboolean
-linear_bf16 (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b, PsmTensor *y, PsmDeferredWeight *dw)
+static void
+linear_bf16 (PsmGraph *g, const PsmWeightPlan *p, PsmTensor *x, PsmTensor *w, PsmTensor *b, PsmTensor *y,
+             PsmDeferredWeight *dw)
 {
-  int R = psm_tensor_rows (x), K = psm_tensor_cols (x), N = w->shape[1];
-  const void *wp = psm_graph_bf16_train_weight (g, w->data, K, N, FALSE);
-  if (!wp)
-    return FALSE;
-  psm_gemm_bf16 (R, N, K, x->data, K, wp, b ? b->data : NULL, FALSE, y->data, N);
+  psm_weight_gemm (p, psm_tensor_rows (x), x->data, p->K, b ? b->data : NULL, FALSE, y->data, p->n);
   PsmTensor *in[3] = { x, w, b };
   PsmNode *nd = psm_graph_record (g, PSM_OP_LINEAR_BF16, y, 3, in);
   if (nd) {
     LinearSaved *sv = psm_graph_alloc (g, sizeof *sv);
-    sv->wtp = x->grad ? psm_graph_bf16_train_weight (g, w->data, N, K, TRUE) : NULL;
+    sv->wtp = x->grad ? psm_weight_transposed (g, p) : NULL;
     sv->dw = dw;
     nd->saved = sv;
   }
-  return TRUE;
 }
 
 void
@@ -259,24 +244,6 @@ psm_defer_weight_backward (PsmNode *nd)
   g_array_set_size (d->rows, 0);
 }
 
-/* y = x W + b in single precision: on the packed path (wp: W packed, or
- * NULL) with the bias added as each block is stored, or one sgemm over rows
- * holding the bias */
-void
-psm_linear_store (int R, int K, int N, const float *x, const PsmTensor *w, const float *wp, const PsmTensor *b, float *y)
-{
-  if (wp) {
-    psm_gemm_packed (R, N, K, x, K, wp, b ? b->data : NULL, FALSE, y, N);
-    return;
-  }
-  if (b) {
-#pragma omp parallel for if ((long) R * N >= 65536) schedule (static)
-    for (int r = 0; r < R; r++)
-      memcpy (y + (size_t) r * N, b->data, N * sizeof (float));
-  }
-  psm_gemm (FALSE, FALSE, R, N, K, 1.0f, x, K, w->data, N, b ? 1.0f : 0.0f, y, N);
-}
-
 PsmTensor *
 psm_linear (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b)
 {
@@ -289,35 +256,31 @@ psm_linear (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b)
   int shape[PSM_MAX_DIMS];
   memcpy (shape, x->shape, sizeof shape);
   shape[x->ndim - 1] = N;
-  /* a decoder step's product: W's gradient deferred (ops-internal.h); first,
-   * so that the node it records comes before this product's */
-  gboolean bf = (x->grad || w->grad) && psm_graph_bf16_train (g);
-  PsmDeferredWeight *dw = R <= PSM_PACKED_MAX_ROWS && w->grad && psm_graph_is_const (g, w->data)
-                          ? psm_graph_deferred_weight (g, w, bf) : NULL;
+  /* the product's path (tape-internal.h), and a decoder step's W gradient
+   * deferred (ops-internal.h): first, so that the node it records comes
+   * before this product's */
+  PsmWeightPlan p = psm_weight_plan (g, w, K, N, R, x->grad || w->grad, PSM_PLAN_BF16_TRAIN | PSM_PLAN_DEFER);
+  PsmDeferredWeight *dw = p.defer ? psm_graph_deferred_weight (g, w, p.path == PSM_WEIGHT_BF16_TRAIN) : NULL;
   PsmTensor *y = psm_op_out (g, x->ndim, shape, 3, in);
-  gboolean packed = psm_linear_use_packed (g, R, w);
   const int32_t *ids;
   PsmTensor *table = R > PSM_PACKED_MAX_ROWS ? psm_graph_lookup_of (g, x->data, R, &ids) : NULL;
   if (table && psm_tensor_cols (table) == K && embedding_linear (g, x, table, ids, w, b, y))
     return y;
-  if (bf && linear_bf16 (g, x, w, b, y, dw))
+  if (p.path == PSM_WEIGHT_BF16_TRAIN) {
+    linear_bf16 (g, &p, x, w, b, y, dw);
     return y;
-  if (bf)
-    dw = NULL;   /* the fp32 product after all: its own dW (dw stays empty) */
+  }
   size_t period;
   const float *dm = R > PSM_PACKED_MAX_ROWS ? psm_graph_dropout_of (g, x->data, x->n, &period) : NULL;
   if (dm && psm_dropout_linear_forward (g, x, dm, period, w, b, y))
     return y;
-  const void *wb = psm_graph_bf16_weight (g, w->data, K, N, x->grad || w->grad);
-  if (wb)
-    psm_gemm_bf16 (R, N, K, x->data, K, wb, b ? b->data : NULL, FALSE, y->data, N);
-  else
-    psm_linear_store (R, K, N, x->data, w, packed ? psm_graph_packed (g, w->data, K, N, FALSE) : NULL, b, y->data);
+  psm_weight_gemm (&p, R, x->data, K, b ? b->data : NULL, FALSE, y->data, N);
   PsmNode *nd = psm_graph_record (g, PSM_OP_LINEAR, y, 3, in);
-  if (nd && ((packed && x->grad) || dw)) {
+  gboolean packed_t = p.path == PSM_WEIGHT_PACKED && x->grad;
+  if (nd && (packed_t || dw)) {
     LinearSaved *sv = psm_graph_alloc (g, sizeof *sv);
     /* dx = dy W^T on W^T packed (valid until the reset) */
-    sv->wtp = packed && x->grad ? psm_graph_packed (g, w->data, N, K, TRUE) : NULL;
+    sv->wtp = packed_t ? psm_weight_transposed (g, &p) : NULL;
     sv->dw = dw;
     nd->saved = sv;
   }

@@ -163,13 +163,8 @@ PSM_DECLARE_BACKWARD (mul_rows);
 PSM_DECLARE_BACKWARD (affine);
 PSM_DECLARE_BACKWARD (log);
 
-/* psm_linear's parts (matmul.c): whether y = x W takes the packed path (few
- * rows, or any number without gradients, and W a parameter); y = x W + b
- * in single precision on it (wp: W packed) or by one sgemm (wp NULL); and
- * its locked-dropout path (linear-dropout.c: FALSE when x is not one). */
-gboolean psm_linear_use_packed (PsmGraph *g, int rows, const PsmTensor *w);
-void psm_linear_store (int R, int K, int N, const float *x, const PsmTensor *w, const float *wp, const PsmTensor *b,
-                       float *y);
+/* psm_linear's locked-dropout path (linear-dropout.c: FALSE when x is
+ * not one). */
 gboolean psm_dropout_linear_forward (PsmGraph *g, PsmTensor *x, const float *m, size_t period, PsmTensor *w,
                                      PsmTensor *b, PsmTensor *y);
 #endif

@@ -8,6 +8,7 @@
 #include "config.h"
 #include <omp.h>
 #include <stdlib.h>
+#include <string.h>
 #include "tape/tape-internal.h"
 
 typedef struct {
@@ -133,34 +134,75 @@ psm_graph_packed (PsmGraph *g, const float *w, int K, int n, gboolean tb)
   return out;
 }
 
-const float *
-psm_graph_packed_param (PsmGraph *g, const PsmTensor *w, int K, int n, gboolean tb)
+/* op(W) (K x n) packed for psm_gemm_bf16 once a graph: psm_bf16_pack's
+ * form for decode.precision's forward, psm_bf16_pack_op's for
+ * train.precision's products both ways */
+static const void *
+bf16_packed (PsmGraph *g, const float *w, int K, int n, gboolean tb, gboolean train)
 {
-  return PSM_PACK_FAST && psm_graph_is_const (g, w->data) ? psm_graph_packed (g, w->data, K, n, tb) : NULL;
-}
-
-const void *
-psm_graph_bf16_weight (PsmGraph *g, const float *w, int K, int n, gboolean grad)
-{
-  if (!psm_graph_bf16 (g) || grad || !psm_graph_is_const (g, w))
-    return NULL;
   gboolean fresh;
-  Packed *pk = packed_entry (g, w, K, n, FALSE, TRUE, &fresh);
-  if (fresh)
+  Packed *pk = packed_entry (g, w, K, n, tb, TRUE, &fresh);
+  if (fresh && train)
+    psm_bf16_pack_op (K, n, w, tb ? K : n, tb, pk->data);
+  else if (fresh)
     psm_bf16_pack (K, n, w, pk->data);
   return pk->data;
 }
 
-const void *
-psm_graph_bf16_train_weight (PsmGraph *g, const float *w, int K, int n, gboolean tb)
+PsmWeightPlan
+psm_weight_plan (PsmGraph *g, const PsmTensor *w, int K, int n, int rows, gboolean grad, unsigned how)
 {
-  if (!psm_graph_bf16_train (g) || !psm_graph_is_const (g, w))
-    return NULL;
-  gboolean fresh;
-  Packed *pk = packed_entry (g, w, K, n, tb, TRUE, &fresh);
-  if (fresh)
-    psm_bf16_pack_op (K, n, w, tb ? K : n, tb, pk->data);
-  return pk->data;
+  PsmWeightPlan p = { PSM_WEIGHT_BLAS, FALSE, w->data, K, n, w->data };
+  if (!psm_graph_is_const (g, w->data))
+    return p;
+  p.defer = (how & PSM_PLAN_DEFER) && grad && w->grad && rows <= PSM_PACKED_MAX_ROWS && w->ndim == 2 &&
+            w->shape[0] == K;
+  const Weights *ws = weights_get (g);
+  if (grad && (how & PSM_PLAN_BF16_TRAIN) && ws->bf16_train) {
+    p.path = PSM_WEIGHT_BF16_TRAIN;
+    p.op = bf16_packed (g, w->data, K, n, FALSE, TRUE);
+  } else if (!grad && ws->bf16) {
+    p.path = PSM_WEIGHT_BF16;
+    p.op = bf16_packed (g, w->data, K, n, FALSE, FALSE);
+  } else if (PSM_PACK_FAST && !(how & PSM_PLAN_NO_PACKED) &&
+             ((how & PSM_PLAN_ANY_ROWS) || rows <= PSM_PACKED_MAX_ROWS ||
+              (PSM_PACK_WIDE && !psm_graph_grad_enabled (g)))) {
+    p.path = PSM_WEIGHT_PACKED;
+    p.op = psm_graph_packed (g, w->data, K, n, FALSE);
+  }
+  return p;
+}
+
+const void *
+psm_weight_transposed (PsmGraph *g, const PsmWeightPlan *p)
+{
+  if (p->path == PSM_WEIGHT_PACKED)
+    return psm_graph_packed (g, p->w, p->n, p->K, TRUE);
+  if (p->path == PSM_WEIGHT_BF16_TRAIN)
+    return bf16_packed (g, p->w, p->n, p->K, TRUE, TRUE);
+  return NULL;
+}
+
+void
+psm_weight_gemm (const PsmWeightPlan *p, int R, const float *x, int ldx, const float *bias, gboolean acc, float *y,
+                 int ldy)
+{
+  int K = p->K, N = p->n;
+  if (p->path == PSM_WEIGHT_PACKED) {
+    psm_gemm_packed (R, N, K, x, ldx, p->op, bias, acc, y, ldy);
+    return;
+  }
+  if (p->path != PSM_WEIGHT_BLAS) {
+    psm_gemm_bf16 (R, N, K, x, ldx, p->op, bias, acc, y, ldy);
+    return;
+  }
+  g_return_if_fail (!(bias && acc));
+  if (bias) {
+#pragma omp parallel for if ((long) R * N >= 65536) schedule (static)
+    for (int r = 0; r < R; r++)
+      memcpy (y + (size_t) r * ldy, bias, N * sizeof (float));
+  }
+  psm_gemm (FALSE, FALSE, R, N, K, 1.0f, x, ldx, p->w, N, bias || acc ? 1.0f : 0.0f, y, ldy);
 }
 
 void psm_graph_set_bf16 (PsmGraph *g, gboolean on) { weights (g)->bf16 = on; }

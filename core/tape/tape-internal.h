@@ -110,49 +110,61 @@ void psm_graph_phase (PsmGraph *g, PsmPhase phase);
 /* Prints the profile as a table: per phase, its ops by time. */
 void psm_profile_print (const PsmProfile *prof, FILE *out);
 
-/* Packed weights for GEMMs of few rows (psm-weights.c). OpenBLAS packs
- * its B operand on every call, which for the 16-row GEMMs of a decoder step
- * costs more than the product. A graph knows which memory holds parameters
- * (psm_param registers the block) and keeps op(W) packed (psm_pack layout)
- * per weight until the next reset: the parameters do not change between a
- * reset and the end of the backward pass. With keep set (the decoding
- * graph) the packed copies outlive resets until psm_graph_clear_packed,
- * which decoding calls when it starts. Without keep a reset marks them
- * stale (as psm_graph_stale_packed does): the next request for the same
- * op(W) packs it again into the same memory (its pages already mapped)
- * over the threads. An evaluation sets keep on the training graph for its
- * batches, stale at its start and at its end. */
+/* Packed weights (psm-weights.c): OpenBLAS packs its B operand on every
+ * call, which for a decoder step's 16-row GEMMs costs more than the
+ * product. A graph knows which memory holds parameters (psm_param
+ * registers it; constant from a reset to the end of the backward) and
+ * keeps op(W) packed per weight until the next reset, or with keep (the
+ * decoding graph; an evaluation's batches) until psm_graph_clear_packed.
+ * A reset without keep, or psm_graph_stale_packed, marks them stale: the
+ * next request packs again into the same memory, over the threads. */
 void psm_graph_const_range (PsmGraph *g, const float *data, size_t n);
 gboolean psm_graph_is_const (PsmGraph *g, const float *data);
 const float *psm_graph_packed (PsmGraph *g, const float *w, int K, int n, gboolean tb);
-/* The same for a sequence op's W (K x n, contiguous) when it is a
- * parameter, else NULL: the op packs a copy of its own. */
-const float *psm_graph_packed_param (PsmGraph *g, const PsmTensor *w, int K, int n, gboolean tb);
 void psm_graph_keep_packed (PsmGraph *g, gboolean keep);
-/* decode.precision bf16 (kernels/bf16.c): set on the decoding graph, the
- * products of a parameter W without a gradient (psm_linear,
- * embedding_linear, the LSTM and GRU cells and sequences) run in bfloat16
- * (psm_gemm_bf16). psm_graph_bf16_weight is the one test of that for all
- * of them: W (K x n) packed for psm_gemm_bf16 once a graph and kept as the
- * other packings, when the graph is bf16, the product has no gradient
- * (grad FALSE) and W is constant on the graph; else NULL (fp32). */
-void psm_graph_set_bf16 (PsmGraph *g, gboolean on);
-gboolean psm_graph_bf16 (const PsmGraph *g);
-const void *psm_graph_bf16_weight (PsmGraph *g, const float *w, int K, int n, gboolean grad);
-/* train.precision bf16: set by the model on its training graph (an
- * evaluation on it has no gradients and is untouched), the products with
- * gradients of a parameter W in psm_linear and in psm_lstm_seq's
- * recurrence run in bfloat16 both ways (x W, dy W^T and x^T dy, all summed
- * in single precision; the gradients land in the fp32 weights' buffers).
- * psm_graph_bf16_train_weight gives op(W) (K x n) packed for psm_gemm_bf16
- * once a graph when the flag is set and W is constant on the graph, else
- * NULL. */
-void psm_graph_set_bf16_train (PsmGraph *g, gboolean on);
-gboolean psm_graph_bf16_train (const PsmGraph *g);
-const void *psm_graph_bf16_train_weight (PsmGraph *g, const float *w, int K, int n, gboolean tb);
-
 void psm_graph_stale_packed (PsmGraph *g);
 void psm_graph_clear_packed (PsmGraph *g);
+/* decode.precision bf16, set on the decoding graph, and train.precision
+ * bf16, set by the model on its training graph (kernels/bf16.c). */
+void psm_graph_set_bf16 (PsmGraph *g, gboolean on);
+gboolean psm_graph_bf16 (const PsmGraph *g);
+void psm_graph_set_bf16_train (PsmGraph *g, gboolean on);
+gboolean psm_graph_bf16_train (const PsmGraph *g);
+
+/* The weight plan: how one product x W of an op (R rows; W a K x n
+ * tensor) runs, chosen once, by psm_weight_plan, for every op that
+ * multiplies by a weight; the first that holds of:
+ *   BF16_TRAIN  train.precision bf16, gradients, and an op with the
+ *               bfloat16 backward (PSM_PLAN_BF16_TRAIN): x W, dy W^T and
+ *               x^T dy on bfloat16 operands, single-precision sums;
+ *   BF16        decode.precision bf16 and no gradients: x W so;
+ *   PACKED      psm_gemm_packed on W packed (a build with the packed
+ *               kernel; not with PSM_PLAN_NO_PACKED) for few rows, any
+ *               number without gradients (the wide kernel), or a
+ *               sequence's steps (PSM_PLAN_ANY_ROWS);
+ *   BLAS        psm_gemm on W as it is.
+ * All but BLAS need W to be a parameter (constant on the graph); op is W
+ * in the path's packing (made once a graph and kept as above), W itself
+ * on BLAS. defer: W's gradient summed once after all the steps
+ * (ops-internal.h), for a product with gradients of at most
+ * PSM_PACKED_MAX_ROWS rows of an op that can (PSM_PLAN_DEFER).
+ * psm_weight_transposed: W^T so packed for dx = dy W^T (PACKED and
+ * BF16_TRAIN; else NULL). psm_weight_gemm: y = x W + bias (NULL: none),
+ * or y += x W with acc (on BLAS not both). */
+typedef enum { PSM_WEIGHT_BLAS, PSM_WEIGHT_PACKED, PSM_WEIGHT_BF16, PSM_WEIGHT_BF16_TRAIN } PsmWeightPath;
+enum { PSM_PLAN_BF16_TRAIN = 1, PSM_PLAN_ANY_ROWS = 2, PSM_PLAN_NO_PACKED = 4, PSM_PLAN_DEFER = 8 };
+typedef struct {
+  PsmWeightPath path;
+  gboolean defer;
+  const float *w;
+  int K, n;
+  const void *op;
+} PsmWeightPlan;
+PsmWeightPlan psm_weight_plan (PsmGraph *g, const PsmTensor *w, int K, int n, int rows, gboolean grad,
+                               unsigned how);
+const void *psm_weight_transposed (PsmGraph *g, const PsmWeightPlan *p);
+void psm_weight_gemm (const PsmWeightPlan *p, int R, const float *x, int ldx, const float *bias, gboolean acc,
+                      float *y, int ldy);
 
 /* Record a node when gradients flow to any input; returns NULL otherwise. */
 PsmNode *psm_graph_record (PsmGraph *g, PsmOpKind op, PsmTensor *out, int n_in, PsmTensor *const *in);
@@ -162,15 +174,6 @@ gboolean psm_needs_grad (PsmGraph *g, int n_in, PsmTensor *const *in);
 /* Copy caller data into the arena (for masks/ids saved by a node). */
 void *psm_graph_dup (PsmGraph *g, const void *src, size_t bytes);
 void *psm_graph_alloc (PsmGraph *g, size_t bytes);
-
-/* Whether a product of that many rows against a constant W takes the
- * packed path: few rows in any graph; any number in a graph without
- * gradients (decoding, validation) where the wide kernel is built. */
-static inline gboolean
-psm_packed_rows_ok (const PsmGraph *g, int rows)
-{
-  return PSM_PACK_FAST && (rows <= PSM_PACKED_MAX_ROWS || (PSM_PACK_WIDE && !psm_graph_grad_enabled (g)));
-}
 
 /* psm_params_finalize, but the values are drawn (from a copy of rng, as
  * finalize would draw them) only when psm_param or psm_params_data first
