@@ -33,11 +33,22 @@ trap 'rm -rf "$tmp"' EXIT
 check "one process, batch 8" '[ $? -eq 0 ]'
 mpi 2 --mode train "$tmp/s2s.cfg" --set "run.dir=$tmp/two" > "$tmp/out" 2>&1
 check "2 ranks, each a share of the same batches of 8" '[ $? -eq 0 ] && grep -q "2 MPI ranks: .* in the gradient allreduce" "$tmp/out"'
+check "by default the update sharded and the allreduce overlapped with the backward" \
+  'grep -q "2 MPI ranks: .*sharded update, overlapped with the backward" "$tmp/out"'
 check "rank 0 says where the ranks run" 'grep -q "^2 MPI ranks on 1 host: .* (ranks 0-1)$" "$tmp/out"'
 close_to one two train "2 ranks give the one-process losses at all 16 updates"
 close_to one two valid "and the same validation losses, the validation split over the ranks and summed"
 check "rank 0 alone wrote the run folder's log (one record per update)" \
   '[ "$(grep -c "\"split\": \"train\"" "$tmp/two/log.jsonl")" -eq 16 ]'
+# the reduction's other forms (train.dist_*): each gives the one-process
+# losses; buckets of 0.01 MB cut the model's 25,888 gradients in ten
+for form in "plain false false 4" "buckets true true 0.01" "overlap false true 0.01" "shard true false 0.01"; do
+  set -- $form
+  mpi 2 --mode train "$tmp/s2s.cfg" --set "run.dir=$tmp/$1" --set train.dist_shard=$2 --set train.dist_overlap=$3 \
+    --set train.dist_bucket_mb=$4 > "$tmp/out" 2>&1
+  check "2 ranks, dist_shard=$2 dist_overlap=$3 dist_bucket_mb=$4" '[ $? -eq 0 ]'
+  close_to one "$1" train "and the one-process losses at all 16 updates"
+done
 mpi 2 --mode train "$tmp/s2s.cfg" --set "run.dir=$tmp/two" --set train.steps=20 > "$tmp/out" 2>&1
 check "2 ranks: a run folder already holding a run is refused" '[ $? -ne 0 ] && grep -q "already holds a run" "$tmp/out"'
 

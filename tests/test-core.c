@@ -294,6 +294,153 @@ START_TEST (test_optim_fused)
 }
 END_TEST
 
+/* psm_optim_step_part (an MPI rank's shard, train.dist_shard): the
+ * parameters updated in two parts, each from its own copy of the gradient
+ * times the clip's scale, hold what one whole update gives them, and
+ * their state too (every rule is elementwise; the cut at a multiple of 64
+ * keeps each element on the same vector lane), and the parts' gradients
+ * are left as they were. */
+START_TEST (test_optim_part)
+{
+  PsmOptConfig cs[4] = {
+    { .kind = PSM_OPT_SGD, .lr = 0.5 },
+    { .kind = PSM_OPT_ADAM, .lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8 },
+    { .kind = PSM_OPT_ADAGRAD, .lr = 0.15, .init_accum = 0.1, .eps = 1e-10 },
+    { .kind = PSM_OPT_ADADELTA, .lr = 1.0, .eps = 1e-6, .rho = 0.95 },
+  };
+  for (int k = 0; k < 4; k++) {
+    PsmParams *p[2];
+    PsmOptim *o[2];
+    for (int v = 0; v < 2; v++) {
+      p[v] = psm_params_new ();
+      int s1[2] = { 9, 37 }, s2[1] = { 50 };
+      psm_params_add (p[v], "a", 2, s1, PSM_INIT_UNIFORM, 0.5f);
+      psm_params_add (p[v], "b", 1, s2, PSM_INIT_UNIFORM, 0.5f);
+      PsmRng rng;
+      psm_rng_seed (&rng, 3);
+      ck_assert (psm_params_finalize (p[v], &rng, NULL));
+      o[v] = psm_optim_new (&cs[k], p[v]);
+    }
+    size_t n = psm_params_size (p[0]), cut = 192;
+    ck_assert (n > cut + 64);
+    PsmRng rng;
+    psm_rng_seed (&rng, 5);
+    for (long step = 0; step < 3; step++) {
+      float *g0 = psm_params_grad (p[0]), *g1 = psm_params_grad (p[1]);
+      for (size_t i = 0; i < n; i++)
+        g0[i] = g1[i] = (i % 97 == 0) ? 0.0f : (float) (psm_rng_uniform (&rng) - 0.5);
+      float *part = g_memdup2 (g1, n * sizeof (float));
+      psm_optim_step_zero (o[0], step, 0.75f);
+      psm_optim_step_part (o[1], step, 0.75f, cut, n, part + cut);
+      psm_optim_step_part (o[1], step, 0.75f, 0, cut, part);
+      for (size_t i = 0; i < n; i++)
+        ck_assert_msg (psm_params_data (p[0])[i] == psm_params_data (p[1])[i], "%s step %ld: parameter %zu differs",
+                       psm_optim_name (o[0]), step, i);
+      for (int sl = 0; sl < psm_optim_n_state (o[0]); sl++)
+        ck_assert (memcmp (psm_optim_state (o[0], sl), psm_optim_state (o[1], sl), n * sizeof (float)) == 0);
+      ck_assert (memcmp (part, g1, n * sizeof (float)) == 0);   /* the parts' gradients untouched */
+      g_free (part);
+      psm_params_zero_grad (p[1]);
+    }
+    for (int v = 0; v < 2; v++) {
+      psm_optim_free (o[v]);
+      psm_params_free (p[v]);
+    }
+  }
+}
+END_TEST
+
+/* A PsmGradWatch's state in test_grad_watch: each bucket's gradient as it
+ * was handed over, and when. */
+typedef struct {
+  const float *base;
+  float *snap;
+  size_t next_hi, calls, polls;
+  size_t at[64];   /* polls before each call: fewer than all of them, the call came before the last node ran */
+} WatchLog;
+
+static void
+watch_ready (size_t lo, size_t hi, void *user)
+{
+  WatchLog *w = user;
+  ck_assert_msg (hi == w->next_hi, "bucket [%zu, %zu) out of order (expected one ending at %zu)", lo, hi, w->next_hi);
+  w->next_hi = lo;
+  memcpy (w->snap + lo, w->base + lo, (hi - lo) * sizeof (float));
+  if (w->calls < G_N_ELEMENTS (w->at))
+    w->at[w->calls] = w->polls;
+  w->calls++;
+}
+
+static void
+watch_poll (void *user)
+{
+  ((WatchLog *) user)->polls++;
+}
+
+/* psm_graph_watch_grads (MPI's bucketed reduction, train.dist_overlap):
+ * over a three-layer network whose parameters are registered in the order
+ * of use and in the reverse order, with buckets of 16, 40 and the whole
+ * buffer, every bucket is handed over once, from the last to the first,
+ * and holds its final gradient when it is (nothing adds to it later), the
+ * buckets of the layers the backward finishes first before the backward
+ * ends, and the gradients equal an unwatched backward's. */
+START_TEST (test_grad_watch)
+{
+  for (int order = 0; order < 2; order++)
+    for (int bi = 0; bi < 3; bi++) {
+      PsmParams *p = psm_params_new ();
+      int sw[3][2] = { { 6, 8 }, { 8, 8 }, { 8, 3 } }, id[3];
+      for (int l = 0; l < 3; l++) {
+        int k = order ? 2 - l : l;
+        char name[8];
+        g_snprintf (name, sizeof name, "w%d", k);
+        id[k] = psm_params_add (p, name, 2, sw[k], PSM_INIT_UNIFORM, 0.5f);
+      }
+      PsmRng rng;
+      psm_rng_seed (&rng, 7);
+      ck_assert (psm_params_finalize (p, &rng, NULL));
+      size_t n = psm_params_size (p), bucket = bi == 0 ? 16 : bi == 1 ? 40 : n;
+      float *grad[2];
+      WatchLog w = { psm_params_grad (p), g_new0 (float, n), n, 0, 0, { 0 } };
+      for (int watched = 0; watched < 2; watched++) {
+        PsmGraph *g = psm_graph_new ();
+        PsmGradWatch gw = { psm_params_grad (p), n, bucket, watch_ready, watch_poll, &w };
+        psm_graph_watch_grads (g, watched ? &gw : NULL);
+        int sx[2] = { 5, 6 };
+        PsmTensor *h = psm_tensor_new (g, 2, sx, FALSE);
+        for (size_t i = 0; i < h->n; i++)
+          h->data[i] = (float) ((int) (i % 7) - 3) * 0.25f;
+        for (int l = 0; l < 3; l++) {
+          h = psm_linear (g, h, psm_param (g, p, id[l]), NULL);
+          if (l < 2)
+            h = psm_tanh (g, h);
+        }
+        psm_backward (g, psm_sum (g, psm_mul (g, h, h)));
+        grad[watched] = g_memdup2 (psm_params_grad (p), n * sizeof (float));
+        psm_params_zero_grad (p);
+        psm_graph_free (g);
+      }
+      size_t nb = (n + bucket - 1) / bucket;
+      ck_assert_uint_eq (w.calls, nb);
+      ck_assert_uint_eq (w.next_hi, 0);
+      ck_assert (memcmp (grad[0], grad[1], n * sizeof (float)) == 0);
+      ck_assert_msg (memcmp (w.snap, grad[1], n * sizeof (float)) == 0,
+                     "a bucket was added to after it was handed over (order %d, bucket %zu)", order, bucket);
+      size_t early = 0;   /* handed over while nodes were still to run */
+      for (size_t c = 0; c < MIN (w.calls, G_N_ELEMENTS (w.at)); c++)
+        early += w.at[c] < w.polls;
+      if (order == 0 && nb > 1)   /* the last layer's buckets go before the backward ends */
+        ck_assert_msg (early > 0 && early < nb, "%zu of %zu buckets handed over early", early, nb);
+      else if (nb == 1 || order == 1)   /* the first bucket is the last layer's or holds everything: at the end */
+        ck_assert_uint_eq (early, 0);
+      g_free (grad[0]);
+      g_free (grad[1]);
+      g_free (w.snap);
+      psm_params_free (p);
+    }
+}
+END_TEST
+
 /* SGD and Adagrad skip the blocks of parameters whose gradient is all +0
  * (psm-optim.c): over two steps with most gradients zero (whole blocks,
  * lone nonzero entries and -0 among zeros), the parameters and the
@@ -986,6 +1133,8 @@ main (void)
   tcase_add_test (tc, test_optimisers);
   tcase_add_test (tc, test_optim_fused);
   tcase_add_test (tc, test_optim_zero_blocks);
+  tcase_add_test (tc, test_optim_part);
+  tcase_add_test (tc, test_grad_watch);
   tcase_add_test (tc, test_checkpoint);
   tcase_add_test (tc, test_checkpoint_checks);
   tcase_add_test (tc, test_params_deferred);

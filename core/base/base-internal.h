@@ -43,6 +43,23 @@ GBytes *psm_dist_bcast_bytes (GBytes *b);
  * summed (one MPI_Allreduce over the gradient), the n values of extra
  * summed as they are. */
 void psm_dist_reduce_update (float *grad, size_t n_grad, double share, double *loss, double *extra, int n);
+/* An update's gradient reduction in buckets (psm-dist.c): NULL on one
+ * rank. begin with this rank's share; bucket and poll are a
+ * PsmGradWatch's ready and poll (psm_graph_watch_grads); end hands MPI
+ * the buckets still kept, waits for all, and sums the loss as
+ * psm_dist_reduce_update. part: this rank's [lo, hi) and its summed
+ * gradient (sharded: its own buffer; else grad itself, [0, n)). gather:
+ * each rank's shard of buf (n floats) to every rank (sharded only). */
+typedef struct PsmDistReduce PsmDistReduce;
+PsmDistReduce *psm_dist_reduce_new (float *grad, size_t n, gboolean shard, size_t bucket);
+void psm_dist_reduce_free (PsmDistReduce *r);
+void psm_dist_reduce_begin (PsmDistReduce *r, double share);
+void psm_dist_reduce_bucket (size_t lo, size_t hi, void *r);
+void psm_dist_reduce_poll (void *r);
+void psm_dist_reduce_end (PsmDistReduce *r, double *loss, double *extra, int n);
+float *psm_dist_reduce_part (PsmDistReduce *r, size_t *lo, size_t *hi);
+gboolean psm_dist_reduce_sharded (const PsmDistReduce *r);
+void psm_dist_reduce_gather (PsmDistReduce *r, float *buf);
 /* psm-batch.c: keeps rows lo .. lo + n - 1 of every [T, B] and [B]
  * array (B becomes n; T, Ty, the OOV words and candidates stay). */
 void psm_batch_keep_rows (PsmBatch *b, int lo, int n);

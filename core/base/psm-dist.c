@@ -194,6 +194,178 @@ psm_dist_reduce_update (float *grad, size_t P, double share, double *loss, doubl
     extra[i] = red[1 + i];
 }
 
+/* ---- The gradient reduction of an update in buckets, optionally sharded
+ * (train.dist_overlap, train.dist_shard). Buckets go to MPI from the last
+ * to the first, on every rank in that order: as the backward completes
+ * them (psm_graph_watch_grads) or all at psm_dist_reduce_end. Sharded, a
+ * bucket is reduce-scattered: each rank receives the sum of the part of it
+ * that lies in its own shard (the shards cut the buffer in nranks
+ * contiguous pieces, 16-float aligned) into a buffer of its own; the
+ * ranks update their shards and all-gather the parameters. Otherwise each
+ * bucket is all-reduced in place. */
+struct PsmDistReduce {
+  float *grad;
+  size_t n, bucket, nb;
+  gboolean shard;
+  double share;
+  size_t next;    /* buckets [next, nb) are with MPI this update */
+  size_t done;    /* and [done, nb) known complete */
+  size_t *bound;  /* [nranks + 1]: the shards */
+  float *part;    /* sharded: this rank's summed gradient */
+#ifdef HAVE_MPI
+  MPI_Request *req;   /* [nb] */
+  int *counts;        /* sharded: [nb][nranks], each bucket's split */
+  int *gcounts, *gdispl;
+#endif
+};
+
+PsmDistReduce *
+psm_dist_reduce_new (float *grad, size_t n, gboolean shard, size_t bucket)
+{
+  if (dist_size < 2 || n == 0)
+    return NULL;
+  PsmDistReduce *r = g_new0 (PsmDistReduce, 1);
+  r->grad = grad;
+  r->n = n;
+  r->bucket = MAX (16, (MIN (bucket, (size_t) 1 << 30) + 15) / 16 * 16);   /* MPI counts are int */
+  r->nb = (n + r->bucket - 1) / r->bucket;
+  r->shard = shard && n < (size_t) G_MAXINT;   /* displacements are int too */
+  r->next = r->done = r->nb;
+  r->bound = g_new (size_t, dist_size + 1);
+  for (int k = 0; k <= dist_size; k++)
+    r->bound[k] = MIN (n, (n * (size_t) k / (size_t) dist_size + 15) / 16 * 16);
+  r->bound[dist_size] = n;
+#ifdef HAVE_MPI
+  r->req = g_new (MPI_Request, r->nb);
+  for (size_t b = 0; b < r->nb; b++)
+    r->req[b] = MPI_REQUEST_NULL;
+  if (r->shard) {
+    r->part = psm_xmalloc0 (MAX (r->bound[dist_rank + 1] - r->bound[dist_rank], 1) * sizeof (float),
+                            "the sharded gradient");
+    r->counts = g_new (int, r->nb * (size_t) dist_size);
+    r->gcounts = g_new (int, dist_size);
+    r->gdispl = g_new (int, dist_size);
+    for (size_t b = 0; b < r->nb; b++) {
+      size_t lo = b * r->bucket, hi = MIN (n, lo + r->bucket);
+      for (int k = 0; k < dist_size; k++) {
+        size_t a = MAX (lo, r->bound[k]), z = MIN (hi, r->bound[k + 1]);
+        r->counts[b * (size_t) dist_size + (size_t) k] = z > a ? (int) (z - a) : 0;
+      }
+    }
+    for (int k = 0; k < dist_size; k++) {
+      r->gcounts[k] = (int) (r->bound[k + 1] - r->bound[k]);
+      r->gdispl[k] = (int) r->bound[k];
+    }
+  }
+#endif
+  return r;
+}
+
+void
+psm_dist_reduce_free (PsmDistReduce *r)
+{
+  if (!r)
+    return;
+#ifdef HAVE_MPI
+  g_free (r->req);
+  g_free (r->counts);
+  g_free (r->gcounts);
+  g_free (r->gdispl);
+#endif
+  free (r->part);
+  g_free (r->bound);
+  g_free (r);
+}
+
+void
+psm_dist_reduce_begin (PsmDistReduce *r, double share)
+{
+  r->share = share;
+  r->next = r->done = r->nb;
+}
+
+void
+psm_dist_reduce_bucket (size_t lo, size_t hi, void *user)
+{
+  PsmDistReduce *r = user;
+  g_return_if_fail (r->next > 0 && lo == (r->next - 1) * r->bucket);
+  size_t b = --r->next;
+  float k = (float) r->share;
+  float *g = r->grad + lo;
+#pragma omp parallel for simd if (hi - lo >= 32768) schedule (static)
+  for (size_t i = 0; i < hi - lo; i++)
+    g[i] *= k;
+#ifdef HAVE_MPI
+  if (!r->shard) {
+    MPI_Iallreduce (MPI_IN_PLACE, g, (int) (hi - lo), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &r->req[b]);
+    return;
+  }
+  size_t mine = r->bound[dist_rank], at = MAX (lo, mine);
+  float *recv = r->part + (at < r->bound[dist_rank + 1] ? at - mine : 0);
+  MPI_Ireduce_scatter (g, recv, r->counts + b * (size_t) dist_size, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &r->req[b]);
+#else
+  (void) b;
+#endif
+}
+
+void
+psm_dist_reduce_poll (void *user)
+{
+  PsmDistReduce *r = user;
+#ifdef HAVE_MPI
+  /* one test a call: enough for MPI to move every pending bucket on */
+  int flag = 0;
+  if (r->done > r->next && MPI_Test (&r->req[r->done - 1], &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag)
+    r->done--;
+#else
+  (void) r;
+#endif
+}
+
+void
+psm_dist_reduce_end (PsmDistReduce *r, double *loss, double *extra, int n)
+{
+  while (r->next > 0) {
+    size_t b = r->next - 1;
+    psm_dist_reduce_bucket (b * r->bucket, MIN (r->n, (b + 1) * r->bucket), r);
+  }
+#ifdef HAVE_MPI
+  MPI_Waitall ((int) r->nb, r->req, MPI_STATUSES_IGNORE);
+#endif
+  r->done = 0;
+  double red[1 + 8];
+  g_return_if_fail (n >= 0 && n <= 8);
+  red[0] = *loss * r->share;
+  for (int i = 0; i < n; i++)
+    red[1 + i] = extra[i];
+  psm_dist_sum_double (red, 1 + n);
+  *loss = red[0];
+  for (int i = 0; i < n; i++)
+    extra[i] = red[1 + i];
+}
+
+float *
+psm_dist_reduce_part (PsmDistReduce *r, size_t *lo, size_t *hi)
+{
+  *lo = r->shard ? r->bound[dist_rank] : 0;
+  *hi = r->shard ? r->bound[dist_rank + 1] : r->n;
+  return r->shard ? r->part : r->grad;
+}
+
+gboolean psm_dist_reduce_sharded (const PsmDistReduce *r) { return r->shard; }
+
+void
+psm_dist_reduce_gather (PsmDistReduce *r, float *buf)
+{
+#ifdef HAVE_MPI
+  if (r->shard)
+    MPI_Allgatherv (MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, r->gcounts, r->gdispl, MPI_FLOAT, MPI_COMM_WORLD);
+#else
+  (void) r;
+  (void) buf;
+#endif
+}
+
 /* Where the ranks run, on rank 0 (NULL elsewhere and on one rank): "2 MPI
  * ranks on 2 hosts: hostA (rank 0), hostB (rank 1)", ranks grouped by host
  * as MPI_Get_processor_name names it. Collective: every rank calls it. */

@@ -36,6 +36,13 @@ static const PsmParamSpec train_spec[] = {
     "stop|skip|rollback" },
   { "nonfinite_max", PSM_PARAM_INT, "5", 0, 1e9, "skips or rollbacks before training stops anyway", NULL },
   { "rollback_lr_factor", PSM_PARAM_FLOAT, "0.5", 0.001, 1, "learning rate times this at each rollback", NULL },
+  { "dist_shard", PSM_PARAM_BOOL, "true", PSM_NO_RANGE,
+    "over MPI ranks: each rank updates its own 1/n of the parameters (gradients reduce-scattered, parameters "
+    "all-gathered) instead of every rank updating all of them", NULL },
+  { "dist_overlap", PSM_PARAM_BOOL, "true", PSM_NO_RANGE,
+    "over MPI ranks: reduce the gradients in buckets while the backward pass runs, each as soon as it is complete",
+    NULL },
+  { "dist_bucket_mb", PSM_PARAM_FLOAT, "4", 0.001, 1024, "over MPI ranks: megabytes of gradient a bucket", NULL },
   { "precision", PSM_PARAM_CHOICE, "fp32", PSM_NO_RANGE,
     "training's linear products, forward and backward: fp32, or bf16 (operands rounded to bfloat16, sums, "
     "gradients and weights in single precision; on AMX tiles where the CPU has them)", "fp32|bf16" },

@@ -95,16 +95,17 @@ zero_block (const float *g, size_t n)
   return any == 0;
 }
 
-/* The update with the gradient g scale (clipping's factor; 1: as it is),
- * and, with zero, the gradient set to 0 in the same pass (one pass over
- * the buffers instead of three; the same results to the bit: g scale is the
- * value the clip's own pass stored). */
+/* The update of the parameters [lo, lo + n) with their gradient g (g[0]
+ * is parameter lo's) times scale (clipping's factor; 1: as it is), and,
+ * with zero, g set to 0 in the same pass (one pass over the buffers
+ * instead of three; the same results to the bit: g scale is the value the
+ * clip's own pass stored). Elementwise: a part updated alone (an MPI
+ * rank's shard) gets the values the whole update gives it. */
 static inline __attribute__ ((always_inline)) void
-update (PsmOptim *o, long step, float scale, const gboolean zero)
+update (PsmOptim *o, long step, float scale, const gboolean zero, size_t lo, size_t n, float *g)
 {
   const PsmOptConfig *c = &o->cfg;
-  size_t n = psm_params_size (o->p);
-  float *w = psm_params_data (o->p), *g = psm_params_grad (o->p);
+  float *w = psm_params_data (o->p) + lo;
   float lr = (float) psm_optim_lr (o, step);
   /* Each update is elementwise: the threads share the buffer out, and the
    * result does not depend on how. */
@@ -129,7 +130,7 @@ update (PsmOptim *o, long step, float scale, const gboolean zero)
     float b1 = (float) c->beta1, b2 = (float) c->beta2, eps = (float) c->eps;
     double t = (double) step + 1;
     float a = (float) (psm_optim_lr (o, step) * sqrt (1.0 - pow (c->beta2, t)) / (1.0 - pow (c->beta1, t)));
-    float *m = o->state[0], *v = o->state[1];
+    float *m = o->state[0] + lo, *v = o->state[1] + lo;
     PAR
     for (size_t i = 0; i < n; i++) {
       float gi = G (i);
@@ -141,7 +142,7 @@ update (PsmOptim *o, long step, float scale, const gboolean zero)
     break;
   }
   case PSM_OPT_ADAGRAD: {
-    float *acc = o->state[0], eps = (float) c->eps;
+    float *acc = o->state[0] + lo, eps = (float) c->eps;
 #pragma omp parallel for if (n >= 32768) schedule (static)
     for (size_t b0 = 0; b0 < n; b0 += OPT_BLOCK) {
       size_t b1 = MIN (n, b0 + OPT_BLOCK);
@@ -159,7 +160,7 @@ update (PsmOptim *o, long step, float scale, const gboolean zero)
   }
   case PSM_OPT_ADADELTA: {
     float rho = (float) c->rho, eps = (float) c->eps;
-    float *acc = o->state[0], *upd = o->state[1];
+    float *acc = o->state[0] + lo, *upd = o->state[1] + lo;
     PAR
     for (size_t i = 0; i < n; i++) {
       float gi = G (i);
@@ -180,11 +181,18 @@ update (PsmOptim *o, long step, float scale, const gboolean zero)
 void
 psm_optim_step (PsmOptim *o, long step)
 {
-  update (o, step, 1.0f, FALSE);
+  update (o, step, 1.0f, FALSE, 0, psm_params_size (o->p), psm_params_grad (o->p));
 }
 
 void
 psm_optim_step_zero (PsmOptim *o, long step, float scale)
 {
-  update (o, step, scale, TRUE);
+  update (o, step, scale, TRUE, 0, psm_params_size (o->p), psm_params_grad (o->p));
+}
+
+void
+psm_optim_step_part (PsmOptim *o, long step, float scale, size_t lo, size_t hi, const float *g)
+{
+  g_return_if_fail (lo <= hi && hi <= psm_params_size (o->p));
+  update (o, step, scale, FALSE, lo, hi - lo, (float *) g);
 }

@@ -30,10 +30,14 @@ log_record (Trainer *t, const char *rec, GError **error)
 
 /* last.ckpt at t->meta.step, with the optimiser's and the streams' state.
  * Every rank calls it: over MPI each rank holds the state of its own
- * streams, gathered into one state of all of them for rank 0 to write. */
+ * streams (and, sharded, of its own shard of the optimiser's), gathered
+ * into one state of all of them for rank 0 to write. */
 gboolean
 save_last (Trainer *t, GError **error)
 {
+  /* sharded: each rank holds the optimiser's state of its own shard */
+  for (int k = 0; t->dist && k < psm_optim_n_state (t->optim); k++)
+    psm_dist_reduce_gather (t->dist, psm_optim_state (t->optim, k));
   GBytes *stream = psm_model_stream_state (t->m);   /* where the streams stand (LMs) */
   if (stream && t->nranks > 1) {
     GPtrArray *parts = psm_dist_gather_bytes (stream);
@@ -294,6 +298,9 @@ trainer_settings (Trainer *t)
                   : strcmp (pol, "rollback") == 0 ? NONFINITE_ROLLBACK : NONFINITE_STOP;
   t->nonfinite_max = (long) psm_section_int (train, "nonfinite_max");
   t->rollback_factor = psm_section_float (train, "rollback_lr_factor");
+  t->dist_shard = psm_section_bool (train, "dist_shard");
+  t->dist_overlap = psm_section_bool (train, "dist_overlap");
+  t->dist_bucket_mb = psm_section_float (train, "dist_bucket_mb");
   return TRUE;
 }
 

@@ -193,6 +193,41 @@ batch_tokens (const PsmBatch *b)
   return tok;
 }
 
+/* The global gradient's norm: over the whole buffer, or (train.dist_shard)
+ * over each rank's summed shard, the squares summed over the ranks. */
+static double
+grad_norm (Trainer *t)
+{
+  if (!t->dist || !psm_dist_reduce_sharded (t->dist))
+    return psm_params_grad_norm (t->params);
+  size_t lo, hi;
+  const float *part = psm_dist_reduce_part (t->dist, &lo, &hi);
+  double ss = psm_sumsq (part, hi - lo);
+  psm_dist_sum_double (&ss, 1);
+  return sqrt (ss);
+}
+
+/* The update with the clip's factor scale. One process (or every rank
+ * alike): clipped, applied and zeroed in one pass over the buffers.
+ * Sharded: each rank updates its own shard from its summed part, its
+ * gradient buffer is zeroed, and the shards are gathered (the time counts
+ * as the reduction's). */
+static void
+apply_update (Trainer *t, long step, float scale)
+{
+  if (!t->dist || !psm_dist_reduce_sharded (t->dist)) {
+    psm_optim_step_zero (t->optim, step, scale);
+    return;
+  }
+  size_t lo, hi;
+  const float *part = psm_dist_reduce_part (t->dist, &lo, &hi);
+  psm_optim_step_part (t->optim, step, scale, lo, hi, part);
+  psm_params_zero_grad (t->params);
+  double t0 = psm_dist_time ();
+  psm_dist_reduce_gather (t->dist, psm_params_data (t->params));
+  t->t_reduce += psm_dist_time () - t0;
+}
+
 /* The loop from t->meta.step to t->steps. */
 static gboolean
 trainer_loop (Trainer *t, PsmProfile *prof, GError **error)
@@ -215,8 +250,10 @@ trainer_loop (Trainer *t, PsmProfile *prof, GError **error)
       share = psm_model_take_share (t->m, psm_dist_rank (), t->nranks);
     }
     psm_graph_reset (g);
+    if (t->dist)
+      psm_dist_reduce_begin (t->dist, share);
     PsmTensor *loss = psm_model_loss (t->m, g, batch);
-    psm_backward (g, loss);
+    psm_backward (g, loss);   /* with train.dist_overlap, reducing as it goes */
     double lv = loss->data[0];
     gboolean stop_req = stop_signal != 0;
     if (t->nranks > 1) {
@@ -224,7 +261,10 @@ trainer_loop (Trainer *t, PsmProfile *prof, GError **error)
       /* the global gradient and loss, and whether any rank was asked to
        * stop (all stop at the same update) */
       double stop = stop_signal ? 1.0 : 0.0;
-      psm_dist_reduce_update (psm_params_grad (t->params), psm_params_size (t->params), share, &lv, &stop, 1);
+      if (t->dist)
+        psm_dist_reduce_end (t->dist, &lv, &stop, 1);
+      else
+        psm_dist_reduce_update (psm_params_grad (t->params), psm_params_size (t->params), share, &lv, &stop, 1);
       stop_req = stop > 0;
       t->t_reduce += psm_dist_time () - t0;
     }
@@ -234,14 +274,13 @@ trainer_loop (Trainer *t, PsmProfile *prof, GError **error)
       continue;
     }
     gint64 t_opt = prof ? g_get_monotonic_time () : 0;
-    double gnorm = psm_params_grad_norm (t->params);
+    double gnorm = grad_norm (t);
     if (!isfinite (gnorm)) {
       if (!on_nonfinite (t, step, "gradient norm", gnorm, &step, error))
         return FALSE;
       continue;
     }
-    /* clipped, applied and zeroed in one pass over the buffers */
-    psm_optim_step_zero (t->optim, step, psm_clip_scale (gnorm, t->clip));
+    apply_update (t, step, psm_clip_scale (gnorm, t->clip));
     if (prof)
       prof->optim += 1e-6 * (double) (g_get_monotonic_time () - t_opt);
 
@@ -298,6 +337,24 @@ trainer_loop (Trainer *t, PsmProfile *prof, GError **error)
   return TRUE;
 }
 
+/* Over MPI ranks: the bucketed (and sharded) reduction, and the graph
+ * watched so that its buckets go as the backward completes them
+ * (train.dist_shard, dist_overlap, dist_bucket_mb). With neither, one
+ * allreduce of the whole gradient after the backward. */
+static void
+dist_start (Trainer *t, PsmGraph *g)
+{
+  if (t->nranks < 2 || (!t->dist_shard && !t->dist_overlap))
+    return;
+  float *grad = psm_params_grad (t->params);
+  size_t n = psm_params_size (t->params), bucket = (size_t) (t->dist_bucket_mb * (1 << 20) / sizeof (float));
+  t->dist = psm_dist_reduce_new (grad, n, t->dist_shard, bucket);
+  if (t->dist && t->dist_overlap) {
+    PsmGradWatch w = { grad, n, bucket, psm_dist_reduce_bucket, psm_dist_reduce_poll, t->dist };
+    psm_graph_watch_grads (g, &w);
+  }
+}
+
 gboolean
 psm_train (PsmModel *m, PsmTrainOptions *opt, GError **error)
 {
@@ -347,16 +404,19 @@ psm_train (PsmModel *m, PsmTrainOptions *opt, GError **error)
   PsmGraph *g = psm_model_graph (m);
   PsmProfile *prof = opt->profile ? g_new0 (PsmProfile, 1) : NULL;
   psm_graph_set_profile (g, prof);
+  dist_start (t, g);
   t->timer = g_timer_new ();
   ok = trainer_loop (t, prof, error);
+  psm_graph_watch_grads (g, NULL);
   opt->trained = t->steps - t->start_step;
   if (ok && !opt->quiet) {
     double secs = g_timer_elapsed (t->timer, NULL);
     psm_out (PSM_OUT_RESULT, "trained %ld steps in %.1f s\n", t->steps - t->start_step, secs);
     if (t->nranks > 1)
-      psm_out (PSM_OUT_RESULT, "%d MPI ranks: %.3f s a step in the gradient allreduce (%zu floats), %.1f %% of the training time\n",
-              t->nranks, t->t_reduce / MAX (t->steps - t->start_step, 1), psm_params_size (t->params),
-              100.0 * t->t_reduce / MAX (secs, 1e-9));
+      psm_out (PSM_OUT_RESULT, "%d MPI ranks: %.3f s a step in the gradient allreduce (%zu floats%s%s), %.1f %% of "
+               "the training time\n", t->nranks, t->t_reduce / MAX (t->steps - t->start_step, 1),
+               psm_params_size (t->params), t->dist && psm_dist_reduce_sharded (t->dist) ? ", sharded update" : "",
+               t->dist_overlap ? ", overlapped with the backward" : "", 100.0 * t->t_reduce / MAX (secs, 1e-9));
   }
   if (ok && prof && prof->steps)
     psm_profile_print (prof, stdout);
@@ -369,6 +429,7 @@ out:
   if (t->log && fclose (t->log) != 0 && ok)
     ok = psm_run_write_failed (error, t->log_path);
   psm_optim_free (t->optim);
+  psm_dist_reduce_free (t->dist);
   g_free (t->last);
   g_free (t->best_path);
   g_free (t->log_path);

@@ -16,6 +16,9 @@ void psm_run_print_eval (const char *what, long step, const PsmEvalResult *r, gb
 /* State buffers of an optimiser kind: sgd 0, adagrad 1, adam/adadelta 2
  * (psm-optim.c; the checkpoint reader checks against it). */
 int psm_optim_kind_slots (PsmOptKind kind);
+/* The update of parameters [lo, hi) alone, with their gradient g (g[0]
+ * is parameter lo's) times scale; g is left as it is (psm-optim.c). */
+void psm_optim_step_part (PsmOptim *o, long step, float scale, size_t lo, size_t hi, const float *g);
 
 typedef enum { NONFINITE_STOP, NONFINITE_SKIP, NONFINITE_ROLLBACK } NonfinitePolicy;
 
@@ -33,6 +36,7 @@ typedef struct {
   gboolean rank0;          /* writes logs, checkpoints and outputs */
   int nranks;              /* MPI ranks sharing every batch */
   double t_reduce;         /* seconds in the gradient allreduce */
+  PsmDistReduce *dist;     /* bucketed / sharded reduction (train.dist_*), or NULL */
   /* settings */
   long steps, eval_every, log_every, valid_n, patience, ckpt_every;
   int B;
@@ -40,6 +44,8 @@ typedef struct {
   NonfinitePolicy on_nonfinite;
   long nonfinite_max;
   double rollback_factor;
+  gboolean dist_shard, dist_overlap;
+  double dist_bucket_mb;
   long nonfinite_seen;     /* skips and rollbacks in this process */
   /* the log window */
   double win_loss, win_tokens, t_win, t_live;

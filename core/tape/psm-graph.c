@@ -28,6 +28,7 @@ struct PsmGraph {
   PsmRng *rng;           /* training: the stream dropout draws from; NULL otherwise */
   Slot slots[PSM_GRAPH_MAX_SLOTS];
   int n_slots;
+  PsmGradWatch watch;    /* psm_graph_watch_grads; watch.bucket 0: off */
 };
 
 const char *const psm_phase_names[PSM_PHASE_COUNT] = { "other", "encoder", "decoder", "head" };
@@ -401,30 +402,77 @@ mutated_backward (PsmNode *nd)
 }
 
 void
+psm_graph_watch_grads (PsmGraph *g, const PsmGradWatch *w)
+{
+  g->watch = w && w->n && w->bucket ? *w : (PsmGradWatch) { 0 };
+}
+
+/* For each bucket of the watched buffer, the first node (in recording
+ * order) with an input whose gradient lies in it: once that node's
+ * backward has run, nothing more is added to the bucket. n_nodes for a
+ * bucket no node touches. */
+static size_t *
+watch_first (PsmGraph *g, size_t nb)
+{
+  const PsmGradWatch *w = &g->watch;
+  size_t *first = g_new (size_t, nb);
+  for (size_t b = 0; b < nb; b++)
+    first[b] = g->n_nodes;
+  for (size_t i = g->n_nodes; i-- > 0;)
+    for (int k = 0; k < PSM_NODE_MAX_IN; k++) {
+      const PsmTensor *t = g->nodes[i]->in[k];
+      if (!t || !t->grad || t->grad < w->base || t->grad >= w->base + w->n)
+        continue;
+      size_t lo = (size_t) (t->grad - w->base), hi = MIN (w->n, lo + t->n);
+      for (size_t b = lo / w->bucket; b * w->bucket < hi; b++)
+        first[b] = i;
+    }
+  return first;
+}
+
+/* Hands the watcher the buckets complete once node i's backward has run
+ * (i = n_nodes: before the first), from the last bucket down to *next:
+ * in one fixed order on every process, whatever each one's graph. */
+static void
+watch_ready (PsmGraph *g, const size_t *first, size_t i, size_t *next)
+{
+  const PsmGradWatch *w = &g->watch;
+  while (*next > 0 && first[*next - 1] >= i) {
+    size_t b = --*next;
+    w->ready (b * w->bucket, MIN (w->n, (b + 1) * w->bucket), w->user);
+  }
+  if (*next > 0 && w->poll)
+    w->poll (w->user);
+}
+
+void
 psm_backward (PsmGraph *g, PsmTensor *loss)
 {
   g_return_if_fail (loss && loss->n == 1);
   if (!loss->grad)
     return;
   loss->grad[0] += 1.0f;
-  if (g->prof) {
-    gint64 t = g_get_monotonic_time ();
-    for (size_t i = g->n_nodes; i-- > 0;) {
-      PsmNode *nd = g->nodes[i];
-      psm_op_table[nd->op].backward (nd);
-      gint64 now = g_get_monotonic_time ();
-      g->prof->bwd[nd->phase][nd->op] += 1e-6 * (double) (now - t);
-      t = now;
-    }
-    g->prof->steps++;
-    return;
-  }
+  size_t nb = g->watch.bucket ? (g->watch.n + g->watch.bucket - 1) / g->watch.bucket : 0, next = nb;
+  size_t *first = nb ? watch_first (g, nb) : NULL;
+  if (first)
+    watch_ready (g, first, g->n_nodes, &next);
   int mutant = psm_mutant_op ();
+  gint64 t = g->prof ? g_get_monotonic_time () : 0;
   for (size_t i = g->n_nodes; i-- > 0;) {
     PsmNode *nd = g->nodes[i];
     if (G_UNLIKELY ((int) nd->op == mutant))
       mutated_backward (nd);
     else
       psm_op_table[nd->op].backward (nd);
+    if (g->prof) {
+      gint64 now = g_get_monotonic_time ();
+      g->prof->bwd[nd->phase][nd->op] += 1e-6 * (double) (now - t);
+      t = now;
+    }
+    if (first)
+      watch_ready (g, first, i, &next);
   }
+  if (g->prof)
+    g->prof->steps++;
+  g_free (first);
 }

@@ -352,11 +352,10 @@ psm_clip_scale (double norm, double max_norm)
 }
 
 double
-psm_params_grad_norm (PsmParams *p)
+psm_sumsq (const float *g, size_t n)
 {
-  size_t n = p->total, nc = (n + GRAD_CHUNK - 1) / GRAD_CHUNK;
+  size_t nc = (n + GRAD_CHUNK - 1) / GRAD_CHUNK;
   double *part = psm_xmalloc (MAX (nc, 1) * sizeof (double), "the gradient norm");
-  const float *g = p->grad;
 #pragma omp parallel for if (GRAD_PAR (n)) schedule (static)
   for (size_t c = 0; c < nc; c++) {
     size_t lo = c * GRAD_CHUNK, hi = MIN (n, lo + GRAD_CHUNK);
@@ -370,7 +369,13 @@ psm_params_grad_norm (PsmParams *p)
   for (size_t c = 0; c < nc; c++)
     s += part[c];
   free (part);
-  return sqrt (s);
+  return s;
+}
+
+double
+psm_params_grad_norm (PsmParams *p)
+{
+  return sqrt (psm_sumsq (p->grad, p->total));
 }
 
 int

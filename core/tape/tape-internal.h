@@ -122,6 +122,22 @@ const void *psm_weight_transposed (PsmGraph *g, const PsmWeightPlan *p);
 void psm_weight_gemm (const PsmWeightPlan *p, int R, const float *x, int ldx, const float *bias, gboolean acc,
                       float *y, int ldy);
 
+/* Watching gradients (MPI: a bucket reduced while the backward goes on):
+ * the buffer [base, base + n) (the parameters' gradients) in buckets of
+ * `bucket` floats. psm_backward calls ready (lo, hi, user) with each
+ * bucket as soon as no node still to run adds to it, from the last bucket
+ * to the first (the same order in every process: a bucket waits for those
+ * above it), and poll (user) between nodes while some are still to come.
+ * NULL (or bucket 0): off. */
+typedef struct {
+  float *base;
+  size_t n, bucket;
+  void (*ready) (size_t lo, size_t hi, void *user);
+  void (*poll) (void *user);
+  void *user;
+} PsmGradWatch;
+void psm_graph_watch_grads (PsmGraph *g, const PsmGradWatch *w);
+
 /* Record a node when gradients flow to any input; returns NULL otherwise. */
 PsmNode *psm_graph_record (PsmGraph *g, PsmOpKind op, PsmTensor *out, int n_in, PsmTensor *const *in);
 /* Output tensor for an op over inputs: requires grad if any input does. */
@@ -131,6 +147,9 @@ gboolean psm_needs_grad (PsmGraph *g, int n_in, PsmTensor *const *in);
 void *psm_graph_dup (PsmGraph *g, const void *src, size_t bytes);
 void *psm_graph_alloc (PsmGraph *g, size_t bytes);
 
+/* The sum of x_i^2 in double, over chunks as psm_params_grad_norm (its
+ * square): the norm of a gradient held in parts (MPI shards). */
+double psm_sumsq (const float *x, size_t n);
 /* psm_params_finalize, but the values are drawn (from a copy of rng, as
  * finalize would draw them) only when psm_param or psm_params_data first
  * reads them: a model whose parameters come from a checkpoint
