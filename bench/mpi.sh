@@ -21,9 +21,9 @@ echo "# pipeline: $cfg, $N updates of 16 articles from step 0 (startup and the s
 rate () {   # rate NAME LAUNCHER...: updates/s from psm-run's own timing
   name=$1; shift
   "$@" "$top/psm" --mode train "$cfg" --set "run.dir=$tmp/$name" --stop-after "$N" > "$tmp/$name.out" 2>&1
-  secs=$(sed -n 's/^trained [0-9]* steps in \([0-9.]*\) s$/\1/p' "$tmp/$name.out")
+  secs=$(sed -n 's/^trained [0-9]* steps in \([0-9.]*\) s.*$/\1/p' "$tmp/$name.out")
   ups=$(awk -v n="$N" -v s="$secs" 'BEGIN { printf "%.3f", n / s }')
-  red=$(sed -n 's/^2 MPI ranks: \([0-9.]*\) s a step in the gradient allreduce (\([0-9]*\) floats), \([0-9.]*\) %.*/\1 s (\3 %), \2 floats/p' "$tmp/$name.out")
+  red=$(sed -n 's/^2 MPI ranks: \([0-9.]*\) s a step in the gradient allreduce (\([0-9]*\) floats[^)]*), \([0-9.]*\) %.*/\1 s (\3 %), \2 floats/p' "$tmp/$name.out")
   echo "$name: $N updates in $secs s = $ups updates/s${red:+; allreduce $red}"
   eval "ups_$name=$ups"
 }

@@ -84,7 +84,7 @@ EOF
 record () {
   dir=$1
   echo "## log.jsonl (without time and tokens_per_s)"
-  sed 's/"time": [^,]*, //; s/, "tokens_per_s": [^,}]*//; s/, "updates_per_s": [^,}]*//' "$dir/log.jsonl"
+  sed 's/"time": [^,]*, //; s/, "tokens_per_s": [^,}]*//; s/, "tgt_tokens_per_s": [^,}]*//; s/, "updates_per_s": [^,}]*//' "$dir/log.jsonl"
   echo "## decode.test.txt"
   cat "$dir/decode.test.txt"
   if [ -f "$dir/decode.test.jsonl" ]; then   # the sequence-to-sequence tasks write one

@@ -142,11 +142,13 @@ validate (Trainer *t, long done, PsmProfile *prof, gboolean *stop, gboolean *non
 /* The log window after update done (0-based step): the live line and the
  * train record every log_every updates. */
 static gboolean
-log_progress (Trainer *t, long done, double lv, double tok, double gnorm, GError **error)
+log_progress (Trainer *t, long done, double lv, double tok, double tgt, double gnorm, GError **error)
 {
   char line[160];
   t->win_loss += lv;
   t->win_tokens += tok;
+  t->win_tgt += tgt;
+  t->tgt_total += tgt;
   t->win_n++;
   double now = g_timer_elapsed (t->timer, NULL);
   if (t->opt->progress && !t->opt->quiet && now - t->t_live >= 0.5 && done % t->log_every != 0) {
@@ -162,8 +164,9 @@ log_progress (Trainer *t, long done, double lv, double tok, double gnorm, GError
     /* %.9g: a float loss (log_every 1) reads back bit for bit */
     char *rec = g_strdup_printf ("{\"step\": %ld, \"split\": \"train\", \"time\": %.3f, \"loss\": %.9g, "
                                  "\"lr\": %.6g, \"grad_norm\": %.6g, \"tokens_per_s\": %.1f, "
-                                 "\"updates_per_s\": %.3f}\n",
-                                 done, now, t->win_loss / t->win_n, psm_optim_lr (t->optim, done - 1), gnorm, rate, upd);
+                                 "\"tgt_tokens_per_s\": %.1f, \"updates_per_s\": %.3f}\n",
+                                 done, now, t->win_loss / t->win_n, psm_optim_lr (t->optim, done - 1), gnorm, rate,
+                                 dt > 0 ? t->win_tgt / dt : 0.0, upd);
     gboolean logged = log_record (t, rec, error);
     g_free (rec);
     if (!logged)
@@ -175,22 +178,24 @@ log_progress (Trainer *t, long done, double lv, double tok, double gnorm, GError
         psm_out (PSM_OUT_RESULT, "%s\n", line);
       fflush (stdout);
     }
-    t->win_loss = t->win_tokens = 0.0;
+    t->win_loss = t->win_tokens = t->win_tgt = 0.0;
     t->win_n = 0;
     t->t_win = now;
   }
   return TRUE;
 }
 
+/* The batch's real tokens, source and target, and (*tgt) target alone. */
 static double
-batch_tokens (const PsmBatch *b)
+batch_tokens (const PsmBatch *b, double *tgt)
 {
-  double tok = 0.0;
+  double src = 0.0;
   for (int i = 0; i < b->T * b->B; i++)
-    tok += b->src_mask[i];
+    src += b->src_mask[i];
+  *tgt = 0.0;
   for (int i = 0; i < b->Ty * b->B; i++)
-    tok += b->tgt_mask[i];
-  return tok;
+    *tgt += b->tgt_mask[i];
+  return src + *tgt;
 }
 
 /* The global gradient's norm: over the whole buffer, or (train.dist_shard)
@@ -239,7 +244,8 @@ trainer_loop (Trainer *t, PsmProfile *prof, GError **error)
   while (step < t->steps) {
     if (!psm_model_train_batch (t->m, t->B, &t->meta.rng, error))
       return FALSE;
-    double tokens = batch_tokens (batch);
+    double tgt;
+    double tokens = batch_tokens (batch, &tgt);
     double share = 1.0;   /* this rank's part of the batch's target words */
     if (t->nranks > 1) {
       /* every rank drew the same global batch; each trains a contiguous
@@ -285,7 +291,7 @@ trainer_loop (Trainer *t, PsmProfile *prof, GError **error)
       prof->optim += 1e-6 * (double) (g_get_monotonic_time () - t_opt);
 
     long done = ++step;
-    if (!log_progress (t, done, lv, tokens, gnorm, error))
+    if (!log_progress (t, done, lv, tokens, tgt, gnorm, error))
       return FALSE;
     gboolean saved = FALSE;
     if (done % t->eval_every == 0 || done == t->steps) {
@@ -411,7 +417,8 @@ psm_train (PsmModel *m, PsmTrainOptions *opt, GError **error)
   opt->trained = t->steps - t->start_step;
   if (ok && !opt->quiet) {
     double secs = g_timer_elapsed (t->timer, NULL);
-    psm_out (PSM_OUT_RESULT, "trained %ld steps in %.1f s\n", t->steps - t->start_step, secs);
+    psm_out (PSM_OUT_RESULT, "trained %ld steps in %.1f s (%.0f target tokens/s)\n", t->steps - t->start_step, secs,
+             t->tgt_total / MAX (secs, 1e-9));
     if (t->nranks > 1)
       psm_out (PSM_OUT_RESULT, "%d MPI ranks: %.3f s a step in the gradient allreduce (%zu floats%s%s), %.1f %% of "
                "the training time\n", t->nranks, t->t_reduce / MAX (t->steps - t->start_step, 1),

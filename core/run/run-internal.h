@@ -48,7 +48,8 @@ typedef struct {
   double dist_bucket_mb;
   long nonfinite_seen;     /* skips and rollbacks in this process */
   /* the log window */
-  double win_loss, win_tokens, t_win, t_live;
+  double win_loss, win_tokens, win_tgt, t_win, t_live;
+  double tgt_total;        /* target tokens trained on in this process's run */
   long win_n, start_step;
   GTimer *timer;
 } Trainer;
