@@ -47,6 +47,8 @@ for form in "plain false false 4" "buckets true true 0.01" "overlap false true 0
   mpi 2 --mode train "$tmp/s2s.cfg" --set "run.dir=$tmp/$1" --set train.dist_shard=$2 --set train.dist_overlap=$3 \
     --set train.dist_bucket_mb=$4 > "$tmp/out" 2>&1
   check "2 ranks, dist_shard=$2 dist_overlap=$3 dist_bucket_mb=$4" '[ $? -eq 0 ]'
+  [ "$3" = false ] || check "and buckets went to MPI while the backward ran" \
+    'grep -Eq "overlapped with the backward: [1-9][0-9]* % of the buckets before its end" "$tmp/out"'
   close_to one "$1" train "and the one-process losses at all 16 updates"
 done
 mpi 2 --mode train "$tmp/s2s.cfg" --set "run.dir=$tmp/two" --set train.steps=20 > "$tmp/out" 2>&1

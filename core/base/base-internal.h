@@ -59,6 +59,9 @@ void psm_dist_reduce_poll (void *r);
 void psm_dist_reduce_end (PsmDistReduce *r, double *loss, double *extra, int n);
 float *psm_dist_reduce_part (PsmDistReduce *r, size_t *lo, size_t *hi);
 gboolean psm_dist_reduce_sharded (const PsmDistReduce *r);
+size_t psm_dist_reduce_bucket_floats (const PsmDistReduce *r);   /* the watch's bucket */
+/* The share of the buckets handed to MPI before the end of the backward */
+double psm_dist_reduce_early (const PsmDistReduce *r);
 void psm_dist_reduce_gather (PsmDistReduce *r, float *buf);
 /* psm-batch.c: keeps rows lo .. lo + n - 1 of every [T, B] and [B]
  * array (B becomes n; T, Ty, the OOV words and candidates stay). */

@@ -211,6 +211,8 @@ struct PsmDistReduce {
   size_t next;    /* buckets [next, nb) are with MPI this update */
   size_t done;    /* and [done, nb) known complete */
   size_t *bound;  /* [nranks + 1]: the shards */
+  size_t polled;  /* buckets with MPI at the last poll (nodes still to run) */
+  double early, updates;   /* their sum over the updates, and the updates */
   float *part;    /* sharded: this rank's summed gradient */
 #ifdef HAVE_MPI
   MPI_Request *req;   /* [nb] */
@@ -282,6 +284,7 @@ psm_dist_reduce_begin (PsmDistReduce *r, double share)
 {
   r->share = share;
   r->next = r->done = r->nb;
+  r->polled = 0;
 }
 
 void
@@ -312,6 +315,7 @@ void
 psm_dist_reduce_poll (void *user)
 {
   PsmDistReduce *r = user;
+  r->polled = r->nb - r->next;
 #ifdef HAVE_MPI
   /* one test a call: enough for MPI to move every pending bucket on */
   int flag = 0;
@@ -325,6 +329,8 @@ psm_dist_reduce_poll (void *user)
 void
 psm_dist_reduce_end (PsmDistReduce *r, double *loss, double *extra, int n)
 {
+  r->early += (double) r->polled;
+  r->updates++;
   while (r->next > 0) {
     size_t b = r->next - 1;
     psm_dist_reduce_bucket (b * r->bucket, MIN (r->n, (b + 1) * r->bucket), r);
@@ -353,6 +359,13 @@ psm_dist_reduce_part (PsmDistReduce *r, size_t *lo, size_t *hi)
 }
 
 gboolean psm_dist_reduce_sharded (const PsmDistReduce *r) { return r->shard; }
+size_t psm_dist_reduce_bucket_floats (const PsmDistReduce *r) { return r->bucket; }
+
+double
+psm_dist_reduce_early (const PsmDistReduce *r)
+{
+  return r->updates > 0 ? r->early / (r->updates * (double) r->nb) : 0.0;
+}
 
 void
 psm_dist_reduce_gather (PsmDistReduce *r, float *buf)

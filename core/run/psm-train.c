@@ -356,7 +356,8 @@ dist_start (Trainer *t, PsmGraph *g)
   size_t n = psm_params_size (t->params), bucket = (size_t) (t->dist_bucket_mb * (1 << 20) / sizeof (float));
   t->dist = psm_dist_reduce_new (grad, n, t->dist_shard, bucket);
   if (t->dist && t->dist_overlap) {
-    PsmGradWatch w = { grad, n, bucket, psm_dist_reduce_bucket, psm_dist_reduce_poll, t->dist };
+    PsmGradWatch w = { grad, n, psm_dist_reduce_bucket_floats (t->dist), psm_dist_reduce_bucket, psm_dist_reduce_poll,
+                       t->dist };
     psm_graph_watch_grads (g, &w);
   }
 }
@@ -419,11 +420,16 @@ psm_train (PsmModel *m, PsmTrainOptions *opt, GError **error)
     double secs = g_timer_elapsed (t->timer, NULL);
     psm_out (PSM_OUT_RESULT, "trained %ld steps in %.1f s (%.0f target tokens/s)\n", t->steps - t->start_step, secs,
              t->tgt_total / MAX (secs, 1e-9));
-    if (t->nranks > 1)
+    if (t->nranks > 1) {
+      char early[96] = "";
+      if (t->dist && t->dist_overlap)
+        g_snprintf (early, sizeof early, ", overlapped with the backward: %.0f %% of the buckets before its end",
+                    100.0 * psm_dist_reduce_early (t->dist));
       psm_out (PSM_OUT_RESULT, "%d MPI ranks: %.3f s a step in the gradient allreduce (%zu floats%s%s), %.1f %% of "
                "the training time\n", t->nranks, t->t_reduce / MAX (t->steps - t->start_step, 1),
                psm_params_size (t->params), t->dist && psm_dist_reduce_sharded (t->dist) ? ", sharded update" : "",
-               t->dist_overlap ? ", overlapped with the backward" : "", 100.0 * t->t_reduce / MAX (secs, 1e-9));
+               early, 100.0 * t->t_reduce / MAX (secs, 1e-9));
+    }
   }
   if (ok && prof && prof->steps)
     psm_profile_print (prof, stdout);
