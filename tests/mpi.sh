@@ -51,6 +51,13 @@ for form in "plain false false 4" "buckets true true 0.01" "overlap false true 0
     'grep -Eq "overlapped with the backward: [1-9][0-9]* % of the buckets before its end" "$tmp/out"'
   close_to one "$1" train "and the one-process losses at all 16 updates"
 done
+# a NaN loss under the sharded update: every rank skips the same update,
+# the parameter named from any rank's gradient, and training goes on
+PSM_PLUGIN_PATH="${PSM_PLUGIN_PATH:-}:$top_builddir/tests/.libs" mpi 2 --mode train "$tmp/s2s.cfg" \
+  --set "run.dir=$tmp/nan" --set model.head.plugin=nan --set model.head.nan_after=5 --set model.head.nan_count=1 \
+  --set train.on_nonfinite=skip > "$tmp/out" 2>&1
+check "2 ranks, sharded: a NaN loss skips the update on every rank and training ends" \
+  '[ $? -eq 0 ] && grep -q "step 6: training loss is NaN (first non-finite gradient: embedding.src .*); update skipped" "$tmp/out" && grep -q "^trained 16 steps" "$tmp/out"'
 mpi 2 --mode train "$tmp/s2s.cfg" --set "run.dir=$tmp/two" --set train.steps=20 > "$tmp/out" 2>&1
 check "2 ranks: a run folder already holding a run is refused" '[ $? -ne 0 ] && grep -q "already holds a run" "$tmp/out"'
 

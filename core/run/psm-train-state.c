@@ -60,23 +60,33 @@ save_last (Trainer *t, GError **error)
 
 /* The name of the first parameter (in the order they were registered)
  * whose gradient holds a NaN or an infinity, and how many do; NULL if
- * none. */
+ * none. Over MPI ranks (every rank calls it), on any rank's gradient: a
+ * rank's own buffer holds its share's, or its shard's, not the sum. */
 static const char *
-first_nonfinite_grad (PsmParams *p, int *count)
+first_nonfinite_grad (PsmParams *p, int nranks, int *count)
 {
   const float *g = psm_params_grad (p);
-  const char *first = NULL;
-  *count = 0;
-  for (int id = 0; id < psm_params_count (p); id++) {
+  int np = psm_params_count (p);
+  double *bad = g_new0 (double, MAX (np, 1));
+  for (int id = 0; id < np; id++) {
     size_t n = psm_params_numel (p, id), off = psm_params_offset (p, id);
     for (size_t i = 0; i < n; i++)
       if (!isfinite (g[off + i])) {
-        if (!first)
-          first = psm_params_name (p, id);
-        (*count)++;
+        bad[id] = 1.0;
         break;
       }
   }
+  if (nranks > 1)
+    psm_dist_sum_double (bad, (size_t) np);
+  const char *first = NULL;
+  *count = 0;
+  for (int id = 0; id < np; id++)
+    if (bad[id] > 0) {
+      if (!first)
+        first = psm_params_name (p, id);
+      (*count)++;
+    }
+  g_free (bad);
   return first;
 }
 
@@ -162,7 +172,7 @@ gboolean
 on_nonfinite (Trainer *t, long step, const char *what, double v, long *next, GError **error)
 {
   int n_bad = 0;
-  const char *first = first_nonfinite_grad (t->params, &n_bad);
+  const char *first = first_nonfinite_grad (t->params, t->nranks, &n_bad);
   char *where = first ? g_strdup_printf ("first non-finite gradient: %s (%d of %d parameters)", first, n_bad,
                                          psm_params_count (t->params))
                       : g_strdup ("every gradient finite");
