@@ -29,16 +29,14 @@ import os, re, sys
 src = sys.argv[1]
 MAX_FILE, MAX_FUNC = 600, 150
 # Known breaches of rule 1, with the reason each stands for now.
-FILE_EXCEPTIONS = {
-    "core/kernels/bf16.c": "bf16 packing, GEMMs and the linear backward share the AMX tile code and its "
-                           "per-thread scratch, all static: to split with a header of their own",
-}
+FILE_EXCEPTIONS = {}
 FUNC_EXCEPTIONS = {}
 LAYERS = ["base", "kernels", "tape", "ops", "config", "model", "run"]
 MAX_HEADER = 200
 EXTRA_HEADERS = {
     "core/kernels/fastmath.h": "static inline vector exp, tanh and log that kernels and ops inline",
     "core/ops/lstm-row.h": "static inline: one LSTM row's forward, inlined by lstm.c and lstm-seq.c",
+    "core/kernels/bf16-amx.h": "the AMX tile code bf16.c and bf16-grads.c share (static inline, target attributes)",
 }
 GENERATED = {"plugins/metrics/rouge-exceptions.c"}
 

@@ -24,36 +24,15 @@
  * r + 1][c] side by side (the pairs TDPBF16PS multiplies with a row's
  * pairs of x). K and n are zero-padded to whole tiles. */
 #include "config.h"
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <omp.h>
-#include "kernels/kernels-internal.h"
-#include "kernels/fastmath.h"
-
-#if defined (__x86_64__) && defined (__GNUC__) && (__GNUC__ >= 11 || defined (__clang__))
-#define PSM_AMX_CODE 1
-#include <immintrin.h>
+#include "kernels/bf16-amx.h"
+#ifdef PSM_AMX_CODE
 #include <cpuid.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
-
-#define TK 32     /* k a tile (16 pairs) */
-#define TN 16     /* columns a tile of W */
-#define PN 32     /* columns a panel: two tiles */
-#define TILE 512  /* bf16 values a tile (1 KB) */
-
-static inline uint16_t
-bf16_bits (float f)
-{
-  uint32_t u;
-  memcpy (&u, &f, sizeof u);
-  /* NaN stays a (quiet) NaN; else to nearest, ties to even. Branch-free,
-   * so that a loop over it is vectorised (bf16_tiles_op). */
-  uint32_t r = (u + 0x7fffu + ((u >> 16) & 1)) >> 16, q = (u >> 16) | 0x40;
-  return (uint16_t) ((u & 0x7fffffffu) > 0x7f800000u ? q : r);
-}
 
 float
 psm_bf16_round (float f)
@@ -111,21 +90,6 @@ psm_bf16_packed_bytes (int K, int n)
 }
 
 #ifdef PSM_AMX_CODE
-#define AMX_TARGET __attribute__ ((target ("amx-tile,amx-bf16,avx512f,avx512bw,avx512bf16")))
-
-/* The tiles' pair layout in vectors (the CPUs with AMX all have
- * AVX512-BF16, whose conversion rounds to nearest even as bf16_bits does;
- * it flushes subnormals to zero, as TDPBF16PS treats them anyway). v: 16
- * bfloat16 of one row then 16 of the next; returned as their 16 pairs,
- * the first row's value first. */
-AMX_TARGET static inline __m512i
-interleave_rows (__m512i v)
-{
-  const __m512i ix = _mm512_set_epi16 (31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6, 21, 5,
-                                       20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-  return _mm512_permutexvar_epi16 (ix, v);
-}
-
 /* 16 floats of r0 and of r1 rounded and paired */
 AMX_TARGET static inline __m512i
 round_pairs (const float *r0, const float *r1)
@@ -235,8 +199,8 @@ amx_tile_t (const float *A, int lda, int k0, int i0, uint16_t *t)
 }
 #endif
 
-static void
-bf16_tiles_op (gboolean ta, int M, int K, const float *A, int lda, uint16_t *a, int Kb, int Mp)
+void
+psm_bf16_tiles_op (gboolean ta, int M, int K, const float *A, int lda, uint16_t *a, int Kb, int Mp)
 {
 #pragma omp parallel for if ((long) M * K >= (1L << 16) && !omp_in_parallel ()) schedule (static)
   for (int i0 = 0; i0 < Mp; i0 += 16) {
@@ -289,7 +253,7 @@ typedef struct {
 } __attribute__ ((packed)) TileCfg;
 
 /* C[M, N] = a W + bias, or C += a W (acc), a the rounded op(A) in tiles
- * (bf16_tiles_op, Kp = 32 Kb) and W packed. Blocks of 32 rows x 32
+ * (psm_bf16_tiles_op, Kp = 32 Kb) and W packed. Blocks of 32 rows x 32
  * columns: four tiles of sums, and for each 32 k two tiles of a and two of
  * W. The column panels split over the threads; within a thread's, the
  * rows in groups whose tiles stay in L2 (about 1 MB) while its panels go
@@ -389,8 +353,9 @@ amx_panels (int M, int N, int Kp, const uint16_t *a, const uint16_t *wp, const f
 
 /* The column panels over the threads as psm_gemm_packed has them: 4 each
  * at least; inside a parallel region all on the calling thread. */
-static void
-amx_run (int M, int N, int Kp, const uint16_t *a, const uint16_t *wp, const float *bias, gboolean acc, float *C, int ldc)
+void
+psm_amx_run (int M, int N, int Kp, const uint16_t *a, const uint16_t *wp, const float *bias, gboolean acc, float *C,
+             int ldc)
 {
   int panels = (N + PN - 1) / PN;
   int nt = omp_in_parallel () ? 1 : MAX (1, MIN (omp_get_max_threads (), panels / 4));
@@ -402,18 +367,11 @@ amx_run (int M, int N, int Kp, const uint16_t *a, const uint16_t *wp, const floa
 }
 #endif
 
-/* Scratch for the rounded rows and a call's packing: a calling thread's
- * own, grown as needed and kept, when it is not inside a parallel region
- * (train.precision's products of 3,200 x 10,000 would otherwise map and
- * fault in 64 MB twice an update); else malloc'd for the call. */
-typedef struct {
-  void *p;
-  size_t cap;
-} Scratch;
-static __thread Scratch scratch_rows, scratch_pack, scratch_x;
+/* the calling thread's scratch (bf16-amx.h) */
+__thread PsmBf16Scratch psm_bf16_scratch_rows, psm_bf16_scratch_pack, psm_bf16_scratch_x;
 
-static void *
-scratch_get (Scratch *s, size_t bytes, const char *what)
+void *
+psm_bf16_scratch_get (PsmBf16Scratch *s, size_t bytes, const char *what)
 {
   if (omp_in_parallel ())
     return psm_xaligned (bytes, what);
@@ -425,8 +383,8 @@ scratch_get (Scratch *s, size_t bytes, const char *what)
   return s->p;
 }
 
-static void
-scratch_put (Scratch *s, void *p)
+void
+psm_bf16_scratch_put (PsmBf16Scratch *s, void *p)
 {
   if (p != s->p)
     free (p);
@@ -441,10 +399,10 @@ gemm_bf16_rows (gboolean ta, int M, int N, int K, const float *A, int lda, const
 #ifdef PSM_AMX_CODE
   if (psm_amx_usable ()) {
     int Kp = (K + TK - 1) / TK * TK, Mp = (M + 15) / 16 * 16;
-    uint16_t *a = scratch_get (&scratch_rows, (size_t) Mp * Kp * sizeof (uint16_t), "bf16 rows");
-    bf16_tiles_op (ta, M, K, A, lda, a, Kp / TK, Mp);
-    amx_run (M, N, Kp, a, wp, bias, acc, C, ldc);
-    scratch_put (&scratch_rows, a);
+    uint16_t *a = psm_bf16_scratch_get (&psm_bf16_scratch_rows, (size_t) Mp * Kp * sizeof (uint16_t), "bf16 rows");
+    psm_bf16_tiles_op (ta, M, K, A, lda, a, Kp / TK, Mp);
+    psm_amx_run (M, N, Kp, a, wp, bias, acc, C, ldc);
+    psm_bf16_scratch_put (&psm_bf16_scratch_rows, a);
     return;
   }
 #endif
@@ -483,179 +441,10 @@ psm_gemm_bf16_op (gboolean ta, gboolean tb, int M, int N, int K, const float *A,
       memset (C + (size_t) i * ldc, 0, (size_t) N * sizeof (float));
     return;
   }
-  void *bp = scratch_get (&scratch_pack, psm_bf16_packed_bytes (K, N), "bf16 packing");
+  void *bp = psm_bf16_scratch_get (&psm_bf16_scratch_pack, psm_bf16_packed_bytes (K, N), "bf16 packing");
   psm_bf16_pack_op (K, N, B, ldb, tb, bp);
   gemm_bf16_rows (ta, M, N, K, A, lda, bp, NULL, acc, C, ldc);
-  scratch_put (&scratch_pack, bp);
-}
-
-#ifdef PSM_AMX_CODE
-/* dy as W's packing for x^T dy (K = its R rows, n = N) from its rounded
- * tiles (bf16_tiles_op, Nb tiles of 32 columns a block of 16 rows, the
- * blocks to a whole number of pairs of them): a W tile's row r is rows 2r
- * and 2r + 1 of one tile of dy, 16 of its columns, interleaved. */
-/* one pair of tiles u (the loop below; a function of its own with the
- * target's instructions: clang's outlined OpenMP body does not inherit the
- * enclosing function's target, and refused the vectors there) */
-AMX_TARGET static void
-amx_pair_from_tiles (const uint16_t *dyt, int Rb2, int Nb, uint16_t *o, long u)
-{
-  int p = (int) (u / Rb2), kb = (int) (u % Rb2);
-  for (int h = 0; h < 2; h++) {
-    uint16_t *t = o + ((size_t) u * 2 + h) * TILE;
-    for (int r = 0; r < TK / 2; r++) {
-      int row = 2 * r;   /* of the 32 rows kb covers: tile 2 kb + row / 16 */
-      const uint16_t *s = dyt + ((size_t) (2 * kb + row / 16) * Nb + p) * TILE + (row % 16) * TK + h * TN;
-      __m512i v = _mm512_inserti64x4 (_mm512_castsi256_si512 (_mm256_loadu_si256 ((const __m256i *) s)),
-                                      _mm256_loadu_si256 ((const __m256i *) (s + TK)), 1);
-      _mm512_storeu_si512 (t + r * 2 * TN, interleave_rows (v));
-    }
-  }
-}
-
-static void
-amx_pairs_from_tiles (const uint16_t *dyt, int Rb2, int Nb, uint16_t *o)
-{
-#pragma omp parallel for if ((long) Rb2 * Nb >= 64 && !omp_in_parallel ()) schedule (static)
-  for (long u = 0; u < (long) Nb * Rb2; u++)
-    amx_pair_from_tiles (dyt, Rb2, Nb, o, u);
-}
-#endif
-
-/* The gradient of the scores under log softmax picks (psm_linear_pick_
- * log_softmax): row i of dy is d_i (e_{t_i} - softmax (z_i)), softmax (z_i)
- * = exp (z_i - lse_i); zeros where t_i < 0 or d_i = 0. */
-typedef struct {
-  const float *lse;
-  const int32_t *t;
-  const float *d;
-} PickDy;
-
-/* dy[i, k0 .. k0 + nk) from the scores z (pk) into v */
-static inline void
-pick_dy_block (const PickDy *pk, const float *z, int i, int k0, int nk, float *restrict v)
-{
-  float d = pk->t[i] >= 0 ? pk->d[i] : 0.0f, l = pk->lse[i];
-  if (d == 0.0f) {
-    memset (v, 0, (size_t) nk * sizeof (float));
-    return;
-  }
-  float nd = -d;
-#pragma omp simd
-  for (int kk = 0; kk < nk; kk++)
-    v[kk] = nd * psm_fast_expf (z[k0 + kk] - l);
-  if (pk->t[i] >= k0 && pk->t[i] < k0 + nk)
-    v[pk->t[i] - k0] += d;
-}
-
-#ifdef PSM_AMX_CODE
-/* dy [R, N] rounded into its tiles (as bf16_tiles_op, Mp rows) and, when
- * db is not NULL, its column sums added to db, in one pass: the threads
- * take bands of whole tiles of columns, each its band's rows in order
- * (the sums the same whatever the split). With pk, dy is made from the
- * scores z = dy's argument as it goes (pick_dy_block) and never stored. */
-static void
-dy_tiles_colsum (int R, int N, const float *dy, const PickDy *pk, uint16_t *dyt, int Nb, int Mp, float *db)
-{
-#pragma omp parallel if ((long) R * N >= (1L << 16) && !omp_in_parallel ())
-  {
-    int id = omp_get_thread_num (), team = omp_get_num_threads ();
-    int nb0 = Nb * id / team, nb1 = Nb * (id + 1) / team;
-    int c0 = nb0 * TK, c1 = MIN (N, nb1 * TK);
-    float *acc = db && c1 > c0 ? g_new0 (float, c1 - c0) : NULL;
-    float *band = pk && c1 > c0 ? psm_xaligned ((size_t) (c1 - c0) * sizeof (float), "bf16 rows") : NULL;
-    for (int i = 0; i < Mp; i++) {
-      if (band && i < R)   /* the row's dy over the band, made at once */
-        pick_dy_block (pk, dy + (size_t) i * N, i, c0, c1 - c0, band);
-      for (int nb = nb0; nb < nb1; nb++) {
-        uint16_t *o = dyt + ((size_t) (i / 16) * Nb + nb) * TILE + (i % 16) * TK;
-        int k0 = nb * TK, nk = i < R ? MIN (TK, N - k0) : 0;
-        const float *x = band ? band + (k0 - c0) : dy + (size_t) i * N + k0;
-        if (nk == TK) {
-#pragma omp simd
-          for (int kk = 0; kk < TK; kk++)
-            o[kk] = bf16_bits (x[kk]);
-          if (acc) {
-            float *a = acc + (k0 - c0);
-#pragma omp simd
-            for (int kk = 0; kk < TK; kk++)
-              a[kk] += x[kk];
-          }
-        } else {
-          for (int kk = 0; kk < TK; kk++)
-            o[kk] = kk < nk ? bf16_bits (x[kk]) : 0;
-          for (int kk = 0; acc && kk < nk; kk++)
-            acc[k0 - c0 + kk] += x[kk];
-        }
-      }
-    }
-    for (int j = c0; acc && j < c1; j++)
-      db[j] += acc[j - c0];
-    g_free (acc);
-    free (band);
-  }
-}
-#endif
-
-/* psm_linear_bf16_grads, dy given (pk NULL) or made from the scores dy
- * points at (pk) */
-static void
-linear_bf16_grads (int R, int K, int N, const float *x, const float *dy, const PickDy *pk, const void *wtp,
-                   float *dx, float *dw, float *db)
-{
-  if (R <= 0 || K <= 0 || N <= 0)
-    return;
-#ifdef PSM_AMX_CODE
-  if (psm_amx_usable () && (dx || dw)) {
-    int Nb = (N + TK - 1) / TK, Rb2 = (R + TK - 1) / TK;   /* dy's tiles: 2 Rb2 blocks of 16 rows */
-    uint16_t *dyt = scratch_get (&scratch_rows, (size_t) 2 * Rb2 * Nb * TILE * sizeof (uint16_t), "bf16 rows");
-    dy_tiles_colsum (R, N, dy, pk, dyt, Nb, 2 * Rb2 * 16, db);
-    if (dx)   /* dx += dy W^T */
-      amx_run (R, K, Nb * TK, dyt, wtp, NULL, TRUE, dx, K);
-    if (dw) {   /* dW += x^T dy */
-      int Kp = (K + 15) / 16 * 16;
-      uint16_t *dyp = scratch_get (&scratch_pack, (size_t) Nb * Rb2 * 2 * TILE * sizeof (uint16_t), "bf16 packing");
-      uint16_t *xt = scratch_get (&scratch_x, (size_t) Kp * Rb2 * TK * sizeof (uint16_t), "bf16 rows");
-      amx_pairs_from_tiles (dyt, Rb2, Nb, dyp);
-      bf16_tiles_op (TRUE, K, R, x, K, xt, Rb2, Kp);
-      amx_run (K, N, Rb2 * TK, xt, dyp, NULL, TRUE, dw, N);
-      scratch_put (&scratch_pack, dyp);
-      scratch_put (&scratch_x, xt);
-    }
-    scratch_put (&scratch_rows, dyt);
-    return;
-  }
-#endif
-  float *made = NULL;
-  if (pk) {   /* the packed kernel's path reads dy whole */
-    made = psm_xmalloc ((size_t) R * N * sizeof (float), "bf16 rows");
-#pragma omp parallel for if ((long) R * N >= (1L << 16)) schedule (static)
-    for (int i = 0; i < R; i++)
-      pick_dy_block (pk, dy + (size_t) i * N, i, 0, N, made + (size_t) i * N);
-    dy = made;
-  }
-  if (dx)
-    psm_gemm_bf16 (R, K, N, dy, N, wtp, NULL, TRUE, dx, K);
-  if (dw)
-    psm_gemm_bf16_op (TRUE, FALSE, K, N, R, x, K, dy, N, TRUE, dw, N);
-  if (db)
-    psm_colsum_add (R, N, dy, db);
-  free (made);
-}
-
-void
-psm_linear_bf16_grads (int R, int K, int N, const float *x, const float *dy, const void *wtp, float *dx, float *dw,
-                       float *db)
-{
-  linear_bf16_grads (R, K, N, x, dy, NULL, wtp, dx, dw, db);
-}
-
-void
-psm_linear_bf16_pick_grads (int R, int K, int N, const float *x, const float *z, const float *lse, const int32_t *t,
-                            const float *d, const void *wtp, float *dx, float *dw, float *db)
-{
-  PickDy pk = { lse, t, d };
-  linear_bf16_grads (R, K, N, x, z, &pk, wtp, dx, dw, db);
+  psm_bf16_scratch_put (&psm_bf16_scratch_pack, bp);
 }
 
 /* A recurrence's product split by columns (lstm.c): op(A) = A [M, K]
@@ -676,7 +465,7 @@ psm_bf16_tiles_rows (int M, int K, const float *A, int lda, void *tiles, int i0,
   if (i1 <= i0 || end <= i0)
     return;
   g_return_if_fail (i0 % 16 == 0 && end % 16 == 0);
-  bf16_tiles_op (FALSE, MAX (0, MIN (M, i1) - i0), K, A + (size_t) i0 * lda, lda,
+  psm_bf16_tiles_op (FALSE, MAX (0, MIN (M, i1) - i0), K, A + (size_t) i0 * lda, lda,
                  (uint16_t *) tiles + (size_t) (i0 / 16) * Kb * TILE, Kb, end - i0);
 }
 
