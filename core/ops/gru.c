@@ -92,13 +92,13 @@ gru_row_backward (int H, gboolean masked, const float *d, const float *hp, const
  * NULL), h W on the plan's path; writes h' and the saved gates. G:
  * scratch [B, 3H]; hc: scratch [B, H] when there is a mask. */
 static void
-gru_step_forward (int B, int H, const float *xp, const float *h, const PsmWeightPlan *p, const float *bh,
+gru_step_forward (PsmGraph *g, int B, int H, const float *xp, const float *h, PsmWeightPlan *p, const float *bh,
                   const float *mask, float *G, float *hc, float *hout, float *sv)
 {
   const float *hin;
   int R = psm_pack_real_rows (mask, 0, B, 0, B, h, H, hc, &hin);   /* G's row r: the r-th real row */
   if (R)
-    psm_weight_gemm (p, R, hin, H, NULL, FALSE, G, 3 * H);
+    psm_weight_gemm (g, p, R, hin, H, NULL, FALSE, G, 3 * H);
   int *ix = psm_xmalloc ((size_t) MAX (B, 1) * sizeof (int), "GRU scratch");
   for (int b = 0, r = 0; b < B; b++)
     ix[b] = mask && mask[b] == 0.0f ? -1 : r++;
@@ -228,7 +228,7 @@ psm_gru_cell (PsmGraph *g, PsmTensor *xp, PsmTensor *h, PsmTensor *w, PsmTensor 
   /* h W's path (tape-internal.h; as psm_lstm_cell's): a parameter's W
    * packed once a graph, shared by the steps of a sequence or a decoding */
   PsmWeightPlan p = psm_weight_plan (g, w, H, 3 * H, B, out->grad != NULL, 0);
-  gru_step_forward (B, H, xp->data, h->data, &p, bh->data, mask, G, hc, out->data, sv);
+  gru_step_forward (g, B, H, xp->data, h->data, &p, bh->data, mask, G, hc, out->data, sv);
   free (hc);
   free (G);
   PsmNode *n = psm_graph_record (g, PSM_OP_GRU_CELL, out, 4, in);
@@ -280,10 +280,10 @@ psm_gru_seq_cols (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTensor
    * parameter's packed copy is the graph's (as psm_lstm_seq's) */
   PsmWeightPlan p = psm_weight_plan (g, w, H, 3 * H, B, keep,
                                      PSM_PLAN_ANY_ROWS | (psm_paths.gru_packed ? 0 : PSM_PLAN_NO_PACKED));
-  const void *wb = p.path == PSM_WEIGHT_BF16 ? p.op : NULL;
+  const void *wb = p.path == PSM_WEIGHT_BF16 ? psm_weight_operand (g, &p) : NULL;
   if (psm_paths.gru_packed) {
     int ldg = psm_pack_panels (3 * H) * PSM_PACK_NR;
-    const float *wc = p.path == PSM_WEIGHT_PACKED ? p.op : NULL;
+    const float *wc = p.path == PSM_WEIGHT_PACKED ? psm_weight_operand (g, &p) : NULL;
     float *own = p.path == PSM_WEIGHT_BLAS ? psm_xaligned (psm_packed_floats (H, 3 * H) * sizeof (float),
                                                            "packed GRU weights")
                                            : NULL;

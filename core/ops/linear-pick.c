@@ -70,7 +70,7 @@ pick_finish (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b, PsmTensor *y
 }
 
 static PsmTensor *
-linear_pick_bf16 (PsmGraph *g, const PsmWeightPlan *p, PsmTensor *x, PsmTensor *w, PsmTensor *b, const int32_t *t)
+linear_pick_bf16 (PsmGraph *g, PsmWeightPlan *p, PsmTensor *x, PsmTensor *w, PsmTensor *b, const int32_t *t)
 {
   int R = psm_tensor_rows (x), N = w->shape[1];
   const int32_t *ids;
@@ -80,7 +80,7 @@ linear_pick_bf16 (PsmGraph *g, const PsmWeightPlan *p, PsmTensor *x, PsmTensor *
     g_return_val_if_fail (t[r] < N, NULL);
   PsmTensor *y = pick_out (g, x, w, b);
   float *z = psm_graph_alloc (g, (size_t) MAX (R, 1) * N * sizeof (float));
-  psm_weight_gemm (p, R, x->data, p->K, b ? b->data : NULL, FALSE, z, N);
+  psm_weight_gemm (g, p, R, x->data, p->K, b ? b->data : NULL, FALSE, z, N);
   return pick_finish (g, x, w, b, y, z, t, x->grad ? psm_weight_transposed (g, p) : NULL, FALSE, NULL);
 }
 
@@ -96,7 +96,7 @@ linear_pick_bf16 (PsmGraph *g, const PsmWeightPlan *p, PsmTensor *x, PsmTensor *
  * dropout's x, whose psm_linear paths differ (NULL: the caller uses the
  * pair). */
 static PsmTensor *
-linear_pick_fp32 (PsmGraph *g, const PsmWeightPlan *p, PsmTensor *x, PsmTensor *w, PsmTensor *b, const int32_t *t)
+linear_pick_fp32 (PsmGraph *g, PsmWeightPlan *p, PsmTensor *x, PsmTensor *w, PsmTensor *b, const int32_t *t)
 {
   int R = psm_tensor_rows (x), K = psm_tensor_cols (x), N = w->shape[1];
   const int32_t *ids;
@@ -108,7 +108,7 @@ linear_pick_fp32 (PsmGraph *g, const PsmWeightPlan *p, PsmTensor *x, PsmTensor *
     g_return_val_if_fail (t[r] < N, NULL);
   PsmTensor *y = pick_out (g, x, w, b);
   float *z = psm_graph_alloc (g, (size_t) MAX (R, 1) * N * sizeof (float));
-  psm_weight_gemm (p, R, x->data, K, b ? b->data : NULL, FALSE, z, N);
+  psm_weight_gemm (g, p, R, x->data, K, b ? b->data : NULL, FALSE, z, N);
   return pick_finish (g, x, w, b, y, z, t, x->grad ? psm_weight_transposed (g, p) : NULL, TRUE, p);
 }
 
@@ -121,7 +121,7 @@ linear_pick_fp32_backward (PsmNode *n)
   float *z = sv->z;
   const float *d = n->out->grad;
   if (sv->dz)   /* a second backward over the graph: the scores again */
-    psm_weight_gemm (&sv->p, R, x->data, K, b ? b->data : NULL, FALSE, z, N);
+    psm_weight_gemm (NULL, &sv->p, R, x->data, K, b ? b->data : NULL, FALSE, z, N);   /* W packed already */
   sv->dz = TRUE;
 #pragma omp parallel for if ((size_t) R * N > 100000) schedule (static)
   for (int r = 0; r < R; r++) {

@@ -287,12 +287,12 @@ psm_lstm_seq_zoneout (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTe
    * in every build; else a parameter's packed copy, the graph's (kept over
    * a decoding's batches); another W is packed here */
   PsmWeightPlan p = psm_weight_plan (g, w, H, 4 * H, B, keep, PSM_PLAN_BF16_TRAIN | PSM_PLAN_ANY_ROWS);
-  const void *wb = p.path == PSM_WEIGHT_BF16 || p.path == PSM_WEIGHT_BF16_TRAIN ? p.op : NULL;
+  const void *wb = p.path == PSM_WEIGHT_BF16 || p.path == PSM_WEIGHT_BF16_TRAIN ? psm_weight_operand (g, &p) : NULL;
   if (wb && keep && psm_amx_usable () && !omp_in_parallel ()) {
     lstm_seq_forward_cols (T, B, H, reverse, xp->data + col0, ldx, h0->data, c0->data, wb, mask, out->data, cs, sv, zh,
                            zc);
   } else if (PSM_PACK_FAST) {
-    const float *wc = p.path == PSM_WEIGHT_PACKED ? p.op : NULL;
+    const float *wc = p.path == PSM_WEIGHT_PACKED ? psm_weight_operand (g, &p) : NULL;
     float *own = p.path == PSM_WEIGHT_BLAS ? psm_xaligned (psm_packed_floats (H, 4 * H) * sizeof (float),
                                                            "packed LSTM weights")
                                            : NULL;

@@ -60,7 +60,7 @@ psm_lstm_cell (PsmGraph *g, PsmTensor *xp, PsmTensor *h, PsmTensor *c, PsmTensor
     memcpy (G, xin, (size_t) R * 4 * H * sizeof (float));
   psm_pack_real_rows (mask, 0, B, 0, B, h->data, H, hc, &hin);
   if (R)
-    psm_weight_gemm (&p, R, hin, H, NULL, !fold, G, 4 * H);
+    psm_weight_gemm (g, &p, R, hin, H, NULL, !fold, G, 4 * H);
   free (hc);
   /* G's row of example b: the real rows before b */
   int *grow = mask ? psm_xmalloc ((size_t) MAX (B, 1) * sizeof (int), "LSTM scratch") : NULL;

@@ -113,7 +113,7 @@ embedding_linear (PsmGraph *g, PsmTensor *x, PsmTensor *table, const int32_t *id
   }
   /* its own product: decode.precision bf16 or one sgemm */
   PsmWeightPlan p = psm_weight_plan (g, w, K, N, nu, y->grad != NULL, PSM_PLAN_NO_PACKED);
-  psm_weight_gemm (&p, nu, xu, K, NULL, b != NULL, u, N);
+  psm_weight_gemm (g, &p, nu, xu, K, NULL, b != NULL, u, N);
 #pragma omp parallel for if ((long) R * N >= 65536) schedule (static)
   for (int r = 0; r < R; r++)
     memcpy (y->data + (size_t) r * N, u + (size_t) which[r] * N, N * sizeof (float));
@@ -183,10 +183,10 @@ typedef struct {
  * locked dropout's zeros are products like any other here: on AMX the
  * dense product costs less than the kept units' gathers and packings. */
 static void
-linear_bf16 (PsmGraph *g, const PsmWeightPlan *p, PsmTensor *x, PsmTensor *w, PsmTensor *b, PsmTensor *y,
+linear_bf16 (PsmGraph *g, PsmWeightPlan *p, PsmTensor *x, PsmTensor *w, PsmTensor *b, PsmTensor *y,
              PsmDeferredWeight *dw)
 {
-  psm_weight_gemm (p, psm_tensor_rows (x), x->data, p->K, b ? b->data : NULL, FALSE, y->data, p->n);
+  psm_weight_gemm (g, p, psm_tensor_rows (x), x->data, p->K, b ? b->data : NULL, FALSE, y->data, p->n);
   PsmTensor *in[3] = { x, w, b };
   PsmNode *nd = psm_graph_record (g, PSM_OP_LINEAR_BF16, y, 3, in);
   if (nd) {
@@ -256,16 +256,16 @@ psm_linear (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b)
   int shape[PSM_MAX_DIMS];
   memcpy (shape, x->shape, sizeof shape);
   shape[x->ndim - 1] = N;
-  /* the product's path (tape-internal.h), and a decoder step's W gradient
-   * deferred (ops-internal.h): first, so that the node it records comes
-   * before this product's */
-  PsmWeightPlan p = psm_weight_plan (g, w, K, N, R, x->grad || w->grad, PSM_PLAN_BF16_TRAIN | PSM_PLAN_DEFER);
-  PsmDeferredWeight *dw = p.defer ? psm_graph_deferred_weight (g, w, p.path == PSM_WEIGHT_BF16_TRAIN) : NULL;
   PsmTensor *y = psm_op_out (g, x->ndim, shape, 3, in);
   const int32_t *ids;
   PsmTensor *table = R > PSM_PACKED_MAX_ROWS ? psm_graph_lookup_of (g, x->data, R, &ids) : NULL;
   if (table && psm_tensor_cols (table) == K && embedding_linear (g, x, table, ids, w, b, y))
     return y;
+  /* the product's path (tape-internal.h; W packed for it now), and a
+   * decoder step's W gradient deferred (ops-internal.h), its node
+   * recorded before this product's */
+  PsmWeightPlan p = psm_weight_plan (g, w, K, N, R, x->grad || w->grad, PSM_PLAN_BF16_TRAIN | PSM_PLAN_DEFER);
+  PsmDeferredWeight *dw = p.defer ? psm_graph_deferred_weight (g, w, p.path == PSM_WEIGHT_BF16_TRAIN) : NULL;
   if (p.path == PSM_WEIGHT_BF16_TRAIN) {
     linear_bf16 (g, &p, x, w, b, y, dw);
     return y;
@@ -274,7 +274,7 @@ psm_linear (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b)
   const float *dm = R > PSM_PACKED_MAX_ROWS ? psm_graph_dropout_of (g, x->data, x->n, &period) : NULL;
   if (dm && psm_dropout_linear_forward (g, x, dm, period, w, b, y))
     return y;
-  psm_weight_gemm (&p, R, x->data, K, b ? b->data : NULL, FALSE, y->data, N);
+  psm_weight_gemm (g, &p, R, x->data, K, b ? b->data : NULL, FALSE, y->data, N);
   PsmNode *nd = psm_graph_record (g, PSM_OP_LINEAR, y, 3, in);
   gboolean packed_t = p.path == PSM_WEIGHT_PACKED && x->grad;
   if (nd && (packed_t || dw)) {

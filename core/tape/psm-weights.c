@@ -158,19 +158,27 @@ psm_weight_plan (PsmGraph *g, const PsmTensor *w, int K, int n, int rows, gboole
   p.defer = (how & PSM_PLAN_DEFER) && grad && w->grad && rows <= PSM_PACKED_MAX_ROWS && w->ndim == 2 &&
             w->shape[0] == K;
   const Weights *ws = weights_get (g);
-  if (grad && (how & PSM_PLAN_BF16_TRAIN) && ws->bf16_train) {
+  if (grad && (how & PSM_PLAN_BF16_TRAIN) && ws->bf16_train)
     p.path = PSM_WEIGHT_BF16_TRAIN;
-    p.op = bf16_packed (g, w->data, K, n, FALSE, TRUE);
-  } else if (!grad && ws->bf16) {
+  else if (!grad && ws->bf16)
     p.path = PSM_WEIGHT_BF16;
-    p.op = bf16_packed (g, w->data, K, n, FALSE, FALSE);
-  } else if (PSM_PACK_FAST && !(how & PSM_PLAN_NO_PACKED) &&
-             ((how & PSM_PLAN_ANY_ROWS) || rows <= PSM_PACKED_MAX_ROWS ||
-              (PSM_PACK_WIDE && !psm_graph_grad_enabled (g)))) {
+  else if (PSM_PACK_FAST && !(how & PSM_PLAN_NO_PACKED) &&
+           ((how & PSM_PLAN_ANY_ROWS) || rows <= PSM_PACKED_MAX_ROWS || (PSM_PACK_WIDE && !psm_graph_grad_enabled (g))))
     p.path = PSM_WEIGHT_PACKED;
-    p.op = psm_graph_packed (g, w->data, K, n, FALSE);
-  }
+  if (p.path != PSM_WEIGHT_BLAS)
+    p.op = NULL;   /* packed when first asked for */
   return p;
+}
+
+const void *
+psm_weight_operand (PsmGraph *g, PsmWeightPlan *p)
+{
+  if (!p->op) {
+    g_return_val_if_fail (g != NULL, NULL);
+    p->op = p->path == PSM_WEIGHT_PACKED ? (const void *) psm_graph_packed (g, p->w, p->K, p->n, FALSE)
+                                         : bf16_packed (g, p->w, p->K, p->n, FALSE, p->path == PSM_WEIGHT_BF16_TRAIN);
+  }
+  return p->op;
 }
 
 const void *
@@ -184,16 +192,16 @@ psm_weight_transposed (PsmGraph *g, const PsmWeightPlan *p)
 }
 
 void
-psm_weight_gemm (const PsmWeightPlan *p, int R, const float *x, int ldx, const float *bias, gboolean acc, float *y,
-                 int ldy)
+psm_weight_gemm (PsmGraph *g, PsmWeightPlan *p, int R, const float *x, int ldx, const float *bias, gboolean acc,
+                 float *y, int ldy)
 {
   int K = p->K, N = p->n;
   if (p->path == PSM_WEIGHT_PACKED) {
-    psm_gemm_packed (R, N, K, x, ldx, p->op, bias, acc, y, ldy);
+    psm_gemm_packed (R, N, K, x, ldx, psm_weight_operand (g, p), bias, acc, y, ldy);
     return;
   }
   if (p->path != PSM_WEIGHT_BLAS) {
-    psm_gemm_bf16 (R, N, K, x, ldx, p->op, bias, acc, y, ldy);
+    psm_gemm_bf16 (R, N, K, x, ldx, psm_weight_operand (g, p), bias, acc, y, ldy);
     return;
   }
   g_return_if_fail (!(bias && acc));

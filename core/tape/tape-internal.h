@@ -99,9 +99,10 @@ gboolean psm_graph_bf16_train (const PsmGraph *g);
  *               number without gradients (the wide kernel), or a
  *               sequence's steps (PSM_PLAN_ANY_ROWS);
  *   BLAS        psm_gemm on W as it is.
- * All but BLAS need W to be a parameter (constant on the graph); op is W
- * in the path's packing (made once a graph and kept as above), W itself
- * on BLAS. defer: W's gradient summed once after all the steps
+ * All but BLAS need W to be a parameter (constant on the graph).
+ * psm_weight_operand: W in the path's packing, made when first asked for
+ * (then kept in op, and on the graph as above; g may be NULL once made),
+ * W itself on BLAS. defer: W's gradient summed once after all the steps
  * (ops-internal.h), for a product with gradients of at most
  * PSM_PACKED_MAX_ROWS rows of an op that can (PSM_PLAN_DEFER).
  * psm_weight_transposed: W^T so packed for dx = dy W^T (PACKED and
@@ -118,8 +119,9 @@ typedef struct {
 } PsmWeightPlan;
 PsmWeightPlan psm_weight_plan (PsmGraph *g, const PsmTensor *w, int K, int n, int rows, gboolean grad,
                                unsigned how);
+const void *psm_weight_operand (PsmGraph *g, PsmWeightPlan *p);
 const void *psm_weight_transposed (PsmGraph *g, const PsmWeightPlan *p);
-void psm_weight_gemm (const PsmWeightPlan *p, int R, const float *x, int ldx, const float *bias, gboolean acc,
+void psm_weight_gemm (PsmGraph *g, PsmWeightPlan *p, int R, const float *x, int ldx, const float *bias, gboolean acc,
                       float *y, int ldy);
 
 /* Watching gradients (MPI: a bucket reduced while the backward goes on):
