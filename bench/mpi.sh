@@ -14,8 +14,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/psm-bench-mpi-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 cd "$top"
-echo "# machine: $(nproc --all) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')," \
-  "CPU family $(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | tr -d ' ') model $(grep -m1 '^model' /proc/cpuinfo | cut -d: -f2 | tr -d ' ')"
+. "$top/bench/machine.sh"
+machine_line
 echo "# $("$top/psm" --version); $(mpirun --version | head -1)"
 echo "# pipeline: $cfg, $N updates of 16 articles from step 0 (startup and the step-0 checkpoint not timed)"
 rate () {   # rate NAME LAUNCHER...: updates/s from psm-run's own timing

@@ -21,7 +21,8 @@ export OMP_NUM_THREADS=$THREADS OPENBLAS_NUM_THREADS=$THREADS
 unset OPENBLAS_CORETYPE
 OUT=${OUT:-$(mktemp -d /tmp/psm-readagain-decode.XXXXXX)}
 mkdir -p "$OUT"
-echo "# machine: $(nproc --all) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), family $(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | tr -d ' ') model $(grep -m1 '^model' /proc/cpuinfo | cut -d: -f2 | tr -d ' ')"
+. "$top/bench/machine.sh"
+machine_line
 echo "# threads: $THREADS; runs in $OUT; extra settings: ${SETS:-none}"
 for v in ${*:-2000 5000 15000 125000}; do
   for head in softmax copy; do

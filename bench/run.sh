@@ -22,8 +22,8 @@ JEMALLOC=$(ls /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 2>/dev/null || true)
 # page faults of re-touching it made the See model's step 14x slower
 # (BENCHMARKS.md, section c).
 export MALLOC_CONF=${MALLOC_CONF:-dirty_decay_ms:-1,muzzy_decay_ms:-1}
-cpu_field () { grep -m1 "^$1[[:space:]]*:" /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'; }
-echo "# machine: $(nproc) cores, $(cpu_field 'model name'), CPU family $(cpu_field 'cpu family') model $(cpu_field model); $(date -u '+%Y-%m-%d %H:%M UTC'); commit $(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+. "$top/bench/machine.sh"
+echo "$(machine_line); $(date -u '+%Y-%m-%d %H:%M UTC'); commit $(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 echo "# threads: $THREADS; BLAS: $(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3)"
 echo "# jemalloc for PyTorch: ${JEMALLOC:-not found} (MALLOC_CONF=$MALLOC_CONF); OpenBLAS kernels: $(PSM_PLUGIN_PATH= "$top/psm" --version | sed 's/.*kernels: \([^;)]*\).*/\1/')"
 if [ "$WHAT" = all ] || [ "$WHAT" = gru ]; then

@@ -22,9 +22,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/psm-bench-scaling-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 cd "$top"
-echo "# machine: $(nproc --all) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')," \
-  "CPU family $(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | tr -d ' ') model $(grep -m1 '^model' /proc/cpuinfo | cut -d: -f2 | tr -d ' ')," \
-  "$(grep -o -m1 -w -E 'amx_tile|avx512f|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+. "$top/bench/machine.sh"
+machine_line
 echo "# $("$top/psm" --version); $(mpirun --version 2>/dev/null | head -1 || echo 'no mpirun')"
 echo "# pipeline: $cfg with vocabulary 20,000 and coverage; timed from step 0 (startup and the step-0 checkpoint not timed)"
 echo "| batch | cores | ranks x threads | reduction | target tokens/s | s a step in the reduction | efficiency |"

@@ -16,8 +16,8 @@ unset OPENBLAS_CORETYPE
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/psm-bench-serve-XXXXXX")
 pid=""
 trap '[ -n "$pid" ] && kill $pid 2> /dev/null; rm -rf "$tmp"' EXIT
-echo "# machine: $(nproc --all) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')," \
-  "CPU family $(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | tr -d ' ') model $(grep -m1 '^model' /proc/cpuinfo | cut -d: -f2 | tr -d ' ')"
+. "$top/bench/machine.sh"
+machine_line
 echo "# $("$top/psm" --version); $(curl --version | head -1 | cut -d' ' -f1-2); OMP_NUM_THREADS=${OMP_NUM_THREADS:-unset}"
 # the last N articles of the validation file, one request body each
 /usr/bin/python3 - "$data" "$N" "$tmp" <<'PY'
