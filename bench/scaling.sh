@@ -5,7 +5,8 @@
 # 64 on 1, 2, 4, 8, 16 ... cores, as every split of the cores into MPI
 # ranks x OpenMP threads, and on 2 ranks the four forms of the gradient
 # reduction (train.dist_shard, train.dist_overlap): target tokens a second
-# (psm-run's own count over the timed updates), the seconds a step in the
+# (from psm-run's log, updates 2 to UPDATES: the first update's warm-up
+# and the closing checkpoint left out), the seconds a step in the
 # reduction, and the efficiency against linear scaling from one core. The
 # table of BENCHMARKS.md section j. From the build tree:
 #   sh bench/scaling.sh [UPDATES] [MAXCORES]
@@ -25,7 +26,7 @@ cd "$top"
 . "$top/bench/machine.sh"
 machine_line
 echo "# $("$top/psm" --version); $(mpirun --version 2>/dev/null | head -1 || echo 'no mpirun')"
-echo "# pipeline: $cfg with vocabulary 20,000 and coverage; timed from step 0 (startup and the step-0 checkpoint not timed)"
+echo "# pipeline: $cfg with vocabulary 20,000 and coverage; $N updates at batch 16, $(( N / 4 > 3 ? N / 4 : 3 )) at 64, from step 0; timed from the end of the first update to the end of the last"
 echo "| batch | cores | ranks x threads | reduction | target tokens/s | s a step in the reduction | efficiency |"
 echo "|---|---|---|---|---|---|---|"
 run () {   # run BATCH RANKS THREADS FORM: one line of the table
@@ -46,7 +47,10 @@ run () {   # run BATCH RANKS THREADS FORM: one line of the table
     --set model.decoder.coverage=true --set model.head.cov_loss_wt=1.0 --set train.batch="$b" \
     --set train.eval_every=1000000 --set train.log_every=1 $sets --set "run.dir=\"$dir\"" --stop-after "$n" \
     > "$dir.out" 2>&1 || { echo "| $b | $((r * th)) | $r x $th | $form | FAILED: $(tail -1 "$dir.out") | | |"; return; }
-  tps=$(sed -n 's/^trained [0-9]* steps in [0-9.]* s (\([0-9]*\) target tokens\/s)$/\1/p' "$dir.out")
+  # target tokens a second over updates 2 to n from the log's records (one
+  # an update): the first update's warm-up and the last checkpoint left out
+  tps=$(sed -n 's/.*"split": "train", "time": \([0-9.]*\),.*"tgt_tokens_per_s": \([0-9.]*\),.*/\1 \2/p' "$dir/log.jsonl" |
+        awk 'NR == 1 { t0 = $1; p = $1; next } { tok += $2 * ($1 - p); p = $1 } END { if (p > t0) printf "%.0f", tok / (p - t0) }')
   red=$(sed -n 's/^[0-9]* MPI ranks: \([0-9.]*\) s a step in the gradient allreduce.*/\1/p' "$dir.out")
   eval "base=\${base_$b:-}"
   if [ -z "$base" ]; then base=$tps; eval "base_$b=$tps"; fi
