@@ -92,7 +92,15 @@ sed 's/steps = 40;/steps = 100000;/; s/patience = 4;//' "$tmp/adam.cfg" > "$tmp/
 for sig in TERM INT; do
   "$run" --mode train "$tmp/long.cfg" --set "run.dir=$tmp/sig$sig" > "$tmp/out" 2>&1 &
   pid=$!
-  sleep 1
+  # once it trains (its handlers are set by then: a signal before them
+  # would kill it, or be ignored where the shell started it so, on a
+  # loaded machine), plus a moment
+  waited=0
+  while [ $waited -lt 600 ] && ! grep -q '"split": "train"' "$tmp/sig$sig/log.jsonl" 2> /dev/null; do
+    sleep 0.1
+    waited=$((waited + 1))
+  done
+  sleep 0.5
   kill -$sig $pid
   wait $pid
   rc=$?
