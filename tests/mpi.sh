@@ -104,6 +104,9 @@ metrics = ( "rouge" );
 CFG
 mpi 2 --mode train "$tmp/ra.cfg" --set "run.dir=$tmp/ra" > "$tmp/out" 2>&1
 check "read-again with dropout: 2 ranks" '[ $? -eq 0 ]'
+mpi 2 --mode train "$tmp/ra.cfg" --set "run.dir=$tmp/rab" --set train.dist_bucket_mb=0.001 > "$tmp/out" 2>&1
+close_to ra rab train "read-again: in buckets of 1 KB reduced during the backward, the same losses" \
+  'grep -Eq "overlapped with the backward: [1-9][0-9]* % of the buckets" "$tmp/out"'
 mpi 2 --mode train "$tmp/ra.cfg" --set "run.dir=$tmp/ra22" --stop-after 5 > "$tmp/out" 2>&1
 mpi 2 --mode train --resume "$tmp/ra.cfg" --set "run.dir=$tmp/ra22" > "$tmp/out" 2>&1
 check "read-again with dropout: stopped at 5 and resumed under 2 ranks = the uninterrupted run, bit for bit" \
@@ -128,6 +131,9 @@ mpi 2 --mode train "$tmp/lm.cfg" --set "run.dir=$tmp/lm2" > "$tmp/out" 2>&1
 check "LM: 2 ranks, 2 streams each" '[ $? -eq 0 ] && grep -q "2 MPI ranks: .* in the gradient allreduce" "$tmp/out"'
 close_to lm1 lm2 train "LM: 2 ranks give the one-process losses at all 16 updates"
 close_to lm1 lm2 valid "LM: and the same validation losses, the validation streams split over the ranks"
+mpi 2 --mode train "$tmp/lm.cfg" --set "run.dir=$tmp/lm2b" --set train.dist_bucket_mb=0.001 > "$tmp/out" 2>&1
+close_to lm1 lm2b train "LM: in buckets of 1 KB reduced during the backward, the one-process losses" \
+  'grep -Eq "overlapped with the backward: [1-9][0-9]* % of the buckets" "$tmp/out"'
 mpi 2 --mode train "$tmp/lm.cfg" --set "run.dir=$tmp/lm21" --stop-after 5 > "$tmp/out" 2>&1
 "$run" --mode train --resume "$tmp/lm.cfg" --set "run.dir=$tmp/lm21" > "$tmp/out" 2>&1
 close_to lm1 lm21 train "LM: 2 ranks stopped at 5, resumed by one process: the one-process losses" \
