@@ -276,20 +276,22 @@ fused_against_passes (const PsmOptConfig *c, double max_norm)
   }
 }
 
+/* One setting of each update rule, for the optimiser tests below. */
+static const PsmOptConfig optim_cases[4] = {
+  { .kind = PSM_OPT_SGD, .lr = 0.5 },
+  { .kind = PSM_OPT_ADAM, .lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8 },
+  { .kind = PSM_OPT_ADAGRAD, .lr = 0.15, .init_accum = 0.1, .eps = 1e-10 },
+  { .kind = PSM_OPT_ADADELTA, .lr = 1.0, .eps = 1e-6, .rho = 0.95 },
+};
+
 START_TEST (test_optim_fused)
 {
-  PsmOptConfig cs[4] = {
-    { .kind = PSM_OPT_SGD, .lr = 0.5 },
-    { .kind = PSM_OPT_ADAM, .lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8 },
-    { .kind = PSM_OPT_ADAGRAD, .lr = 0.15, .init_accum = 0.1, .eps = 1e-10 },
-    { .kind = PSM_OPT_ADADELTA, .lr = 1.0, .eps = 1e-6, .rho = 0.95 },
-  };
   ck_assert (psm_clip_scale (5.0, 1.0) == 0.2f && psm_clip_scale (0.5, 1.0) == 1.0f);
   ck_assert (psm_clip_scale (5.0, 0.0) == 1.0f);
   for (int k = 0; k < 4; k++) {
-    fused_against_passes (&cs[k], 1.0);
-    fused_against_passes (&cs[k], 0.0);
-    fused_against_passes (&cs[k], 1e6);
+    fused_against_passes (&optim_cases[k], 1.0);
+    fused_against_passes (&optim_cases[k], 0.0);
+    fused_against_passes (&optim_cases[k], 1e6);
   }
 }
 END_TEST
@@ -302,12 +304,6 @@ END_TEST
  * are left as they were. */
 START_TEST (test_optim_part)
 {
-  PsmOptConfig cs[4] = {
-    { .kind = PSM_OPT_SGD, .lr = 0.5 },
-    { .kind = PSM_OPT_ADAM, .lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8 },
-    { .kind = PSM_OPT_ADAGRAD, .lr = 0.15, .init_accum = 0.1, .eps = 1e-10 },
-    { .kind = PSM_OPT_ADADELTA, .lr = 1.0, .eps = 1e-6, .rho = 0.95 },
-  };
   for (int k = 0; k < 4; k++) {
     PsmParams *p[2];
     PsmOptim *o[2];
@@ -319,7 +315,7 @@ START_TEST (test_optim_part)
       PsmRng rng;
       psm_rng_seed (&rng, 3);
       ck_assert (psm_params_finalize (p[v], &rng, NULL));
-      o[v] = psm_optim_new (&cs[k], p[v]);
+      o[v] = psm_optim_new (&optim_cases[k], p[v]);
     }
     size_t n = psm_params_size (p[0]), cut = 192;
     ck_assert (n > cut + 64);

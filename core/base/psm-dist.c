@@ -173,16 +173,21 @@ psm_dist_bcast_bytes (GBytes *b)
   return g_bytes_new_take (buf, (gsize) len);
 }
 
-void
-psm_dist_reduce_update (float *grad, size_t P, double share, double *loss, double *extra, int n)
+/* g[0 .. n) times this rank's share of the batch */
+static void
+scale_by_share (float *g, size_t n, double share)
 {
-  if (dist_size < 2)
-    return;
   float k = (float) share;
-#pragma omp parallel for simd if (P >= 32768) schedule (static)
-  for (size_t i = 0; i < P; i++)
-    grad[i] *= k;
-  psm_dist_sum_float (grad, P);
+#pragma omp parallel for simd if (n >= 32768) schedule (static)
+  for (size_t i = 0; i < n; i++)
+    g[i] *= k;
+}
+
+/* The update's loss (weighted by this rank's share) and the n extra values
+ * summed over the ranks, in place. */
+static void
+sum_loss (double share, double *loss, double *extra, int n)
+{
   double red[1 + 8];
   g_return_if_fail (n >= 0 && n <= 8);
   red[0] = *loss * share;
@@ -192,6 +197,16 @@ psm_dist_reduce_update (float *grad, size_t P, double share, double *loss, doubl
   *loss = red[0];
   for (int i = 0; i < n; i++)
     extra[i] = red[1 + i];
+}
+
+void
+psm_dist_reduce_update (float *grad, size_t P, double share, double *loss, double *extra, int n)
+{
+  if (dist_size < 2)
+    return;
+  scale_by_share (grad, P, share);
+  psm_dist_sum_float (grad, P);
+  sum_loss (share, loss, extra, n);
 }
 
 /* ---- The gradient reduction of an update in buckets, optionally sharded
@@ -288,11 +303,8 @@ psm_dist_reduce_bucket (size_t lo, size_t hi, void *user)
   PsmDistReduce *r = user;
   g_return_if_fail (r->next > 0 && lo == (r->next - 1) * r->bucket);
   size_t b = --r->next;
-  float k = (float) r->share;
   float *g = r->grad + lo;
-#pragma omp parallel for simd if (hi - lo >= 32768) schedule (static)
-  for (size_t i = 0; i < hi - lo; i++)
-    g[i] *= k;
+  scale_by_share (g, hi - lo, r->share);
 #ifdef HAVE_MPI
   if (!r->shard) {
     MPI_Iallreduce (MPI_IN_PLACE, g, (int) (hi - lo), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &r->req[b]);
@@ -334,15 +346,7 @@ psm_dist_reduce_end (PsmDistReduce *r, double *loss, double *extra, int n)
   MPI_Waitall ((int) r->nb, r->req, MPI_STATUSES_IGNORE);
 #endif
   r->done = 0;
-  double red[1 + 8];
-  g_return_if_fail (n >= 0 && n <= 8);
-  red[0] = *loss * r->share;
-  for (int i = 0; i < n; i++)
-    red[1 + i] = extra[i];
-  psm_dist_sum_double (red, 1 + n);
-  *loss = red[0];
-  for (int i = 0; i < n; i++)
-    extra[i] = red[1 + i];
+  sum_loss (r->share, loss, extra, n);
 }
 
 float *
