@@ -240,8 +240,12 @@ trainer_loop (Trainer *t, PsmProfile *prof, GError **error)
   PsmGraph *g = psm_model_graph (t->m);
   PsmBatch *batch = psm_model_batch (t->m);
   long stop_at = t->opt->stop_after > 0 ? t->meta.step + t->opt->stop_after : -1;
-  long step = t->meta.step;
+  long step = t->meta.step, first = step;
   while (step < t->steps) {
+    /* the first update's warm-up (the arena's growth, packings, first
+     * touches of the optimiser state) is left out of the profile */
+    PsmProfile *on = step > first ? prof : NULL;
+    psm_graph_set_profile (g, on);
     if (!psm_model_train_batch (t->m, t->B, &t->meta.rng, error))
       return FALSE;
     double tgt;
@@ -279,7 +283,7 @@ trainer_loop (Trainer *t, PsmProfile *prof, GError **error)
         return FALSE;
       continue;
     }
-    gint64 t_opt = prof ? g_get_monotonic_time () : 0;
+    gint64 t_opt = on ? g_get_monotonic_time () : 0;
     double gnorm = grad_norm (t);
     if (!isfinite (gnorm)) {
       if (!on_nonfinite (t, step, "gradient norm", gnorm, &step, error))
@@ -287,8 +291,8 @@ trainer_loop (Trainer *t, PsmProfile *prof, GError **error)
       continue;
     }
     apply_update (t, step, psm_clip_scale (gnorm, t->clip));
-    if (prof)
-      prof->optim += 1e-6 * (double) (g_get_monotonic_time () - t_opt);
+    if (on)
+      on->optim += 1e-6 * (double) (g_get_monotonic_time () - t_opt);
 
     long done = ++step;
     if (!log_progress (t, done, lv, tokens, tgt, gnorm, error))
@@ -410,7 +414,6 @@ psm_train (PsmModel *m, PsmTrainOptions *opt, GError **error)
   g_free (hosts);
   PsmGraph *g = psm_model_graph (m);
   PsmProfile *prof = opt->profile ? g_new0 (PsmProfile, 1) : NULL;
-  psm_graph_set_profile (g, prof);
   dist_start (t, g);
   t->timer = g_timer_new ();
   ok = trainer_loop (t, prof, error);
