@@ -19,7 +19,9 @@
  * Run from the build tree (PSM_PLUGIN_PATH=plugins/.libs): it builds the
  * model from the pipeline (BENCH_SEE_CFG, default pipelines/cnndm_coverage.cfg)
  * as psm-run would, vocabulary from ../shared/data/cnndm's training split,
- * parameters at their random initial values. */
+ * parameters at their random initial values. BENCH_LSTM_ROWS=1 turns off
+ * the LSTM's split by columns at few rows a thread (psm_paths.lstm_cols),
+ * for the A/B of BENCHMARKS.md j. */
 #include "config.h"
 #include <omp.h>
 #include <stdio.h>
@@ -129,6 +131,8 @@ gemm_flops (int B, int T, int TY, int V, int U)
 int
 main (int argc, char **argv)
 {
+  if (getenv ("BENCH_LSTM_ROWS"))   /* the LSTM's steps split by rows whatever the rows a thread */
+    psm_paths.lstm_cols = FALSE;
   if (argc < 3 || (strcmp (argv[1], "train") && strcmp (argv[1], "decode") && strcmp (argv[1], "vocab"))) {
     fprintf (stderr, "usage: bench-see train SECONDS [B T TY] | bench-see vocab DIR | bench-see decode FILE [N [DIR]]\n");
     return 2;

@@ -2048,6 +2048,98 @@ START_TEST (test_seq_packed_cache)
 }
 END_TEST
 
+/* psm_lstm_seq on two threads with each step's product split by W's
+ * columns (psm_paths.lstm_cols: fewer than 4 rows a thread) against the
+ * rows' split: the output and every input's gradient bit for bit, in both
+ * directions, with padded rows, with zoneout, W packed by the op and in
+ * the graph's cache, and without a gradient (the two-step cell ring);
+ * then the finite-difference check on the columns' path. H = 40: 4H =
+ * 160 columns split unevenly, H's panels too on the narrow builds. */
+static const float *split_zh, *split_zc;
+
+static PsmTensor *
+split_op (PsmGraph *g, Case *c, gboolean cached)
+{
+  if (cached)
+    psm_graph_const_range (g, c->x[3], n_of (c, 3));
+  return psm_lstm_seq_zoneout (g, in (g, c, 0), 0, in (g, c, 1), in (g, c, 2), in (g, c, 3), c->mask, c->which,
+                               c->iarg[1] ? split_zh : NULL, c->iarg[1] ? split_zc : NULL);
+}
+
+static PsmTensor *
+f_lstm_split (PsmGraph *g, void *ud)
+{
+  return psm_test_project (g, split_op (g, ud, FALSE));
+}
+
+START_TEST (test_lstm_seq_col_split)
+{
+  PsmRng rng;
+  psm_rng_seed (&rng, 41);
+  enum { T = 5, B = 3, H = 40 };
+  int threads = omp_get_max_threads ();
+  gboolean saved = psm_paths.lstm_cols;
+  omp_set_num_threads (2);
+  static float zh[T * B * H], zc[T * B * H];
+  for (int i = 0; i < T * B * H; i++) {
+    zh[i] = psm_rng_u32 (&rng) & 1 ? 1.0f : 0.0f;
+    zc[i] = psm_rng_u32 (&rng) & 1 ? 1.0f : 0.0f;
+  }
+  split_zh = zh;
+  split_zc = zc;
+  for (int rev = 0; rev < 2; rev++)
+    for (int zone = 0; zone < 2; zone++) {
+      Case c = { 0 };
+      c.which = rev;
+      c.iarg[1] = zone;
+      alloc_in (&c, 0, 3, T, B, 4 * H, &rng, 1.0f);
+      alloc_in (&c, 1, 2, B, H, 0, &rng, 1.0f);
+      alloc_in (&c, 2, 2, B, H, 0, &rng, 1.0f);
+      alloc_in (&c, 3, 2, H, 4 * H, 0, &rng, 0.3f);
+      for (int i = 0; i < T * B; i++)
+        c.mask[i] = i % 4 == 2 ? 0.0f : 1.0f;
+      size_t n = (size_t) (T + 1) * B * H;
+      for (int k = 0; k < 4; k++)
+        n += n_of (&c, k);
+      float *r[2] = { g_new (float, n), g_new (float, n) };
+      for (int cached = 0; cached < 2; cached++)
+        for (int grad = 0; grad < 2; grad++) {
+          for (int cols = 0; cols < 2; cols++) {
+            psm_paths.lstm_cols = cols;
+            for (int k = 0; k < 4; k++)
+              memset (c.gx[k], 0, n_of (&c, k) * sizeof (float));
+            PsmGraph *g = psm_graph_new ();
+            psm_graph_set_grad (g, grad);
+            PsmTensor *y = split_op (g, &c, cached);
+            float *o = r[cols];
+            memcpy (o, y->data, y->n * sizeof (float));
+            o += y->n;
+            if (grad) {
+              psm_backward (g, psm_test_project (g, y));
+              for (int k = 0; k < 4; k++) {
+                memcpy (o, c.gx[k], n_of (&c, k) * sizeof (float));
+                o += n_of (&c, k);
+              }
+            }
+            psm_graph_free (g);
+          }
+          size_t m = grad ? n : (size_t) (T + 1) * B * H;
+          for (size_t i = 0; i < m; i++)
+            ck_assert_msg (r[0][i] == r[1][i], "lstm_seq rev=%d zoneout=%d cached=%d grad=%d: [%zu] %g by rows, %g by "
+                           "columns", rev, zone, cached, grad, i, r[0][i], r[1][i]);
+        }
+      g_free (r[0]);
+      g_free (r[1]);
+      psm_paths.lstm_cols = TRUE;
+      check_all (zone ? "lstm_seq split by columns, zoneout" : "lstm_seq split by columns", f_lstm_split, &c, 4,
+                 5e-3f);
+      free_case (&c);
+    }
+  psm_paths.lstm_cols = saved;
+  omp_set_num_threads (threads);
+}
+END_TEST
+
 /* Zoneout: fixed 0/1 weights (as training draws them) and the constant
  * expectation (evaluation), finite-difference checked; weights of 0 give
  * the plain LSTM bit for bit, weights of 1 keep the start state. */
@@ -3040,6 +3132,7 @@ main (int argc, char **argv)
   tcase_add_test (tc, test_lstm_seq_cols);
   tcase_add_test (tc, test_gru_seq_cols);
   tcase_add_test (tc, test_seq_packed_cache);
+  tcase_add_test (tc, test_lstm_seq_col_split);
   tcase_add_test (tc, test_lstm_zoneout);
   tcase_add_test (tc, test_dropout);
   tcase_add_test (tc, test_noisy_tanh);

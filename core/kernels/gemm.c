@@ -14,6 +14,7 @@ PsmPaths psm_paths = {
   .defer_weights = TRUE,
   .dropout_linear = PSM_PACK_FAST,
   .gru_packed = PSM_PACK_FAST,
+  .lstm_cols = TRUE,
   .beam_floor = TRUE,
   .beam_skip_rows = TRUE,
 };

@@ -172,11 +172,13 @@ void psm_gemm_packed (int M, int N, int K, const float *A, int lda, const float 
  *                   default PSM_PACK_FAST: a baseline build keeps BLAS)
  *   gru_packed      psm_gru_seq on packed weights, else one psm_gemm a step
  *                   (gru.c; default PSM_PACK_FAST)
+ *   lstm_cols       psm_lstm_seq with few rows a thread splits each step's
+ *                   product by W's columns, not by rows (lstm-seq.c)
  *   beam_floor      the beam search skips scores below a float floor
  *   beam_skip_rows  the beam search asks only for the rows still live
  *                   (model/psm-decode.c) */
 typedef struct {
-  gboolean bf16_amx, defer_weights, dropout_linear, gru_packed, beam_floor, beam_skip_rows;
+  gboolean bf16_amx, defer_weights, dropout_linear, gru_packed, lstm_cols, beam_floor, beam_skip_rows;
 } PsmPaths;
 extern PsmPaths psm_paths;
 #endif

@@ -249,6 +249,108 @@ lstm_seq_backward_cols (int T, int B, int H, gboolean rev, const float *dhs, con
   free (C);
 }
 
+/* Few rows a thread (psm_paths.lstm_cols, lstm_cols_team below): the step's
+ * single-precision product split by W's column panels over the threads,
+ * as the bf16 path above, instead of by rows. Split by rows, each thread
+ * reads all of W every step for its one or two rows (1 MB for 256 units:
+ * two threads of a 2-row batch ran the encoder no faster than one); split
+ * by columns, each reads its part of W for all the rows. The rows'
+ * elementwise work stays split by rows. Two barriers a step; every
+ * element of G the same chain of multiply-adds as on the rows' path
+ * (masked rows' G computed and dropped). own: W packed here by the team
+ * (from w), else wp is the graph's packing. */
+static void
+lstm_seq_forward_cols32 (int T, int B, int H, gboolean rev, const float *xp, int ldx, const float *h0,
+                         const float *c0, const float *w, float *own, const float *wp, const float *mask, float *hs,
+                         float *cs, float *sv, gboolean keep, const float *zh, const float *zc)
+{
+  int panels = psm_pack_panels (4 * H), ldg = panels * PSM_PACK_NR;
+  float *G = psm_xaligned ((size_t) B * ldg * sizeof (float), "LSTM scratch");
+#pragma omp parallel
+  {
+    int id = omp_get_thread_num (), team = omp_get_num_threads ();
+    int p0 = panels * id / team, p1 = panels * (id + 1) / team;
+    int j0 = p0 * PSM_PACK_NR, j1 = MIN (4 * H, p1 * PSM_PACK_NR);
+    int r0 = B * id / team, r1 = B * (id + 1) / team;
+    if (own)
+      psm_pack_shared (H, 4 * H, w, 4 * H, FALSE, own);
+    for (int k = 0; k < T; k++) {
+      int t = rev ? T - 1 - k : k, tp = rev ? t + 1 : t - 1;
+      int ct = keep ? t : k & 1, ctp = keep ? tp : (k - 1) & 1;
+      const float *hp = k ? hs + (size_t) tp * B * H : h0, *cp = k ? cs + (size_t) ctp * B * H : c0;
+      if (j1 > j0)
+        psm_packed_gemm_store (B, H, j1 - j0, hp, H, wp + (size_t) p0 * H * PSM_PACK_NR, G + j0, ldg, NULL, FALSE);
+#pragma omp barrier
+      for (int b = r0; b < r1; b++) {
+        gboolean real = !mask || mask[(size_t) t * B + b] != 0.0f;
+        seq_row_forward (B, H, t, ct, b, hp, cp, real ? G + (size_t) b * ldg : NULL, xp, ldx, hs, cs, sv, keep, zh,
+                         zc);
+      }
+#pragma omp barrier
+    }
+  }
+  free (G);
+}
+
+/* Its backward: each thread's rows to dG, then dh_prev = dG W^T by W^T's
+ * column panels (all the rows; a masked row's dG is 0 and its sum is not
+ * added), added to the rows' carries by their threads. own: W^T packed
+ * here by the team, else wpt. */
+static void
+lstm_seq_backward_cols32 (int T, int B, int H, gboolean rev, const float *dhs, const float *c0, const float *cs,
+                          const float *sv, const float *mask, const float *w, float *own, const float *wpt, float *dG,
+                          float *dxp, int ldx, float *carry_h, float *carry_c, const float *zh, const float *zc)
+{
+  int panels = psm_pack_panels (H), ldc = panels * PSM_PACK_NR;
+  float *C = psm_xaligned ((size_t) B * ldc * sizeof (float), "LSTM scratch");
+#pragma omp parallel
+  {
+    int id = omp_get_thread_num (), team = omp_get_num_threads ();
+    int p0 = panels * id / team, p1 = panels * (id + 1) / team;
+    int j0 = p0 * PSM_PACK_NR, j1 = MIN (H, p1 * PSM_PACK_NR);
+    int r0 = B * id / team, r1 = B * (id + 1) / team;
+    if (own)
+      psm_pack_shared (4 * H, H, w, 4 * H, TRUE, own);   /* op(W) = W^T [4H, H] */
+    for (int k = T - 1; k >= 0; k--) {
+      int t = rev ? T - 1 - k : k, tp = rev ? t + 1 : t - 1;
+      const float *cprev = k ? cs + (size_t) tp * B * H : c0;
+      float *dGt = dG + (size_t) t * B * 4 * H;
+      for (int b = r0; b < r1; b++)
+        seq_row_backward (B, H, t, b, dhs, cprev, sv, mask, dGt, dxp, ldx, carry_h, carry_c, zh, zc);
+#pragma omp barrier
+      if (j1 > j0)
+        psm_packed_gemm_store (B, 4 * H, j1 - j0, dGt, 4 * H, wpt + (size_t) p0 * 4 * H * PSM_PACK_NR, C + j0, ldc,
+                               NULL, FALSE);
+#pragma omp barrier
+      for (int b = r0; b < r1; b++) {
+        if (mask && mask[(size_t) t * B + b] == 0.0f)
+          continue;   /* carried: its dG is 0 */
+        float *d = carry_h + (size_t) b * H;
+        const float *c = C + (size_t) b * ldc;
+#pragma omp simd
+        for (int j = 0; j < H; j++)
+          d[j] += c[j];
+      }
+    }
+  }
+  free (C);
+}
+
+/* Whether a sequence of B rows splits its steps' products by W's columns
+ * (lstm_seq_forward_cols32) rather than by rows: on more than one thread
+ * with fewer than 4 rows a thread. See's encoder (256 units) on two
+ * threads, bench-see train (BENCHMARKS.md j): at 2 rows the op took 21.5
+ * ms a step by columns against 25.9 by rows, at 4 rows 30.8 against 31.9,
+ * at 8 rows 45.7 against 44.9. */
+static gboolean
+lstm_cols_team (int B)
+{
+  if (!PSM_PACK_FAST || !psm_paths.lstm_cols || omp_in_parallel ())
+    return FALSE;
+  int nth = omp_get_max_threads ();
+  return nth > 1 && B < 4 * nth;
+}
+
 PsmTensor *
 psm_lstm_seq (PsmGraph *g, PsmTensor *xp, PsmTensor *h0, PsmTensor *c0, PsmTensor *w, const float *mask,
               gboolean reverse)
@@ -297,6 +399,10 @@ psm_lstm_seq_zoneout (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTe
                                                            "packed LSTM weights")
                                            : NULL;
     const float *wp = wc ? wc : own;
+    if (!wb && lstm_cols_team (B))
+      lstm_seq_forward_cols32 (T, B, H, reverse, xp->data + col0, ldx, h0->data, c0->data, w->data, own, wp, mask,
+                               out->data, cs, sv, keep, zh, zc);
+    else
 #pragma omp parallel num_threads (psm_pack_threads (B))
     {
       int b0, b1;
@@ -360,6 +466,10 @@ psm_lstm_seq_backward (PsmNode *n)
   } else if (PSM_PACK_FAST) {
     float *own = s->wpt || s->wbt ? NULL : psm_xaligned (psm_packed_floats (4 * H, H) * sizeof (float), "packed LSTM weights");
     const float *wpt = s->wpt ? s->wpt : own;
+    if (!s->wbt && lstm_cols_team (B))
+      lstm_seq_backward_cols32 (T, B, H, rev, out->grad, c0->data, s->cs, s->sv, s->mask, w->data, own, wpt, dG, dxp,
+                                ldx, carry_h, carry_c, s->zh, s->zc);
+    else
 #pragma omp parallel num_threads (psm_pack_threads (B))
     {
       int b0, b1;
