@@ -88,10 +88,17 @@ gboolean
 psm_dropout_linear_forward (PsmGraph *g, PsmTensor *x, const float *m, size_t period, PsmTensor *w, PsmTensor *b, PsmTensor *y)
 {
   int R = psm_tensor_rows (x), K = psm_tensor_cols (x), N = w->shape[1];
-  if (!psm_paths.dropout_linear || period % K || !psm_graph_is_const (g, w->data) || omp_in_parallel ())
+  if (!psm_paths.dropout_linear || period % K || omp_in_parallel ())
     return FALSE;
   int Bm = (int) (period / K);
   if (R % Bm || R / Bm < DL_MIN_ROWS)
+    return FALSE;
+  /* the weight plan's rule for a product by W (tape-internal.h), as
+   * psm_linear's: this kernel reads W's single-precision packing, so it
+   * runs only where the plan packs W (not on bfloat16 operands, not on a
+   * W that is not a parameter) */
+  PsmWeightPlan p = psm_weight_plan (g, w, K, N, R, y->grad != NULL, PSM_PLAN_BF16_TRAIN | PSM_PLAN_ANY_ROWS);
+  if (p.path != PSM_WEIGHT_PACKED)
     return FALSE;
   int T = R / Bm;
   DropLin *d = droplin_new (g, m, Bm, K, T);
@@ -99,7 +106,7 @@ psm_dropout_linear_forward (PsmGraph *g, PsmTensor *x, const float *m, size_t pe
     return FALSE;   /* under a quarter dropped: the dense product (BENCHMARKS.md d) */
   double skip = 2.0 * T * ((double) Bm * K - (double) d->total) * N;   /* per product */
   psm_dropout_flops_skipped += skip * (y->grad ? 1 + !!w->grad + !!x->grad : 1);
-  const float *wp = psm_graph_packed (g, w->data, K, N, FALSE);
+  const float *wp = psm_weight_operand (g, &p);
   float *xa = psm_xmalloc (MAX (T * d->total, 1) * sizeof (float), "dropout projection");
   droplin_gather (d, x->data, K, TRUE, xa);
   int panels = psm_pack_panels (N);
