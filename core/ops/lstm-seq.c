@@ -339,9 +339,10 @@ lstm_seq_backward_cols32 (int T, int B, int H, gboolean rev, const float *dhs, c
 /* Whether a sequence of B rows splits its steps' products by W's columns
  * (lstm_seq_forward_cols32) rather than by rows: on more than one thread
  * with fewer than 4 rows a thread. See's encoder (256 units) on two
- * threads, bench-see train (BENCHMARKS.md j): at 2 rows the op took 21.5
- * ms a step by columns against 25.9 by rows, at 4 rows 30.8 against 31.9,
- * at 8 rows 45.7 against 44.9. */
+ * threads, bench-see train, three paired rounds (BENCHMARKS.md j): at 1
+ * row the op took 17.4-17.9 ms a step by columns against 20.4-23.1 by
+ * rows, at 2 rows 20.4-20.7 against 23.4-24.3, at 4 rows 32.3-34.9
+ * against 34.4-37.1; at 8 rows (one round) 45.7 against 44.9. */
 static gboolean
 lstm_cols_team (int B)
 {
