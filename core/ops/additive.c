@@ -214,7 +214,7 @@ attn_forward_grouped (int T, int B, int G, int A, int H, const float *Kc, const 
                       const float *wc, const float *cov, const float *hc, const float *mask, float *a, float *ctx)
 {
   int nB = B / G;
-#pragma omp parallel for if (PSM_ATTN_PAR (B, T, A)) schedule (static)
+#pragma omp parallel for if (nB > 1 && PSM_ATTN_PAR (B, T, A)) schedule (static)
   for (int art = 0; art < nB; art++) {
     int r0 = art * G;
     for (int i = 0; i < T; i++) {

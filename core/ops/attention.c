@@ -125,7 +125,7 @@ psm_attention_batch_major (PsmGraph *g, PsmTensor *x)
     return;
   float *bm = psm_graph_alloc (g, (size_t) T * B * C * sizeof (float));
   uint16_t *bm16 = psm_graph_bf16_train (g) ? psm_graph_alloc (g, (size_t) T * B * C * sizeof (uint16_t)) : NULL;
-#pragma omp parallel for if ((long) T * B * C >= 32768) schedule (static)
+#pragma omp parallel for if (B > 1 && (long) T * B * C >= 32768) schedule (static)
   for (int b = 0; b < B; b++)
     for (int i = 0; i < T; i++) {
       const float *src = x->data + ((size_t) i * B + b) * C;
@@ -187,7 +187,7 @@ psm_dot_scores (PsmGraph *g, PsmTensor *keys, PsmTensor *q)
   const float *Kc = y->grad || R != Bi ? NULL : psm_graph_repeat_of (g, keys->data, &G);
   if (Kc && G > 1 && Bi % G == 0) {
     int nB = Bi / G;
-#pragma omp parallel for if (PSM_ATTN_PAR (R, T, H)) schedule (static)
+#pragma omp parallel for if (nB > 1 && PSM_ATTN_PAR (R, T, H)) schedule (static)
     for (int art = 0; art < nB; art++)
       for (int i = 0; i < T; i++) {
         const float *k = Kc + ((size_t) i * nB + art) * H;

@@ -46,7 +46,7 @@ pick_finish (PsmGraph *g, PsmTensor *x, PsmTensor *w, PsmTensor *b, PsmTensor *y
 {
   int R = psm_tensor_rows (x), N = w->shape[1];
   float *lse = psm_graph_alloc (g, (size_t) MAX (R, 1) * sizeof (float));
-#pragma omp parallel for if ((size_t) R * N > 100000) schedule (static)
+#pragma omp parallel for if (R > 1 && (size_t) R * N > 100000) schedule (static)
   for (int r = 0; r < R; r++) {
     const float *zr = z + (size_t) r * N;
     lse[r] = psm_fast_logsumexpf (zr, N);
@@ -123,7 +123,7 @@ linear_pick_fp32_backward (PsmNode *n)
   if (sv->dz)   /* a second backward over the graph: the scores again */
     psm_weight_gemm (NULL, &sv->p, R, x->data, K, b ? b->data : NULL, FALSE, z, N);   /* W packed already */
   sv->dz = TRUE;
-#pragma omp parallel for if ((size_t) R * N > 100000) schedule (static)
+#pragma omp parallel for if (R > 1 && (size_t) R * N > 100000) schedule (static)
   for (int r = 0; r < R; r++) {
     float *restrict zr = z + (size_t) r * N;
     int tr = sv->t[r];

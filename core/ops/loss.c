@@ -129,7 +129,7 @@ psm_cross_entropy (PsmGraph *g, PsmTensor *x, const int32_t *t, const float *w)
   /* rows in parallel, vectorised exp; the per-row terms are summed in row
    * order afterwards, so the loss does not depend on the thread count */
   double *term = psm_graph_alloc (g, (size_t) MAX (R, 1) * sizeof (double));
-#pragma omp parallel for if ((long) R * C >= 65536) schedule (static)
+#pragma omp parallel for if (R > 1 && (long) R * C >= 65536) schedule (static)
   for (int i = 0; i < R; i++) {
     const float *xr = x->data + (size_t) i * C;
     term[i] = 0.0;
@@ -183,7 +183,7 @@ psm_cross_entropy_backward (PsmNode *n)
   if (W <= 0)
     return;
   float d = n->out->grad[0] / (float) W;
-#pragma omp parallel for if ((long) R * C >= 65536) schedule (static)
+#pragma omp parallel for if (R > 1 && (long) R * C >= 65536) schedule (static)
   for (int i = 0; i < R; i++) {
     if (t[i] < 0)
       continue;

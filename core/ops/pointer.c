@@ -183,7 +183,7 @@ psm_pick_log_softmax (PsmGraph *g, PsmTensor *x, const int32_t *targets)
   int shape[2] = { R, 1 };
   PsmTensor *y = psm_op_out (g, 2, shape, 1, in);
   float *lse = y->grad ? psm_graph_alloc (g, R * sizeof (float)) : NULL;
-#pragma omp parallel for if (R * (size_t) C > 100000) schedule(static)
+#pragma omp parallel for if (R > 1 && R * (size_t) C > 100000) schedule(static)
   for (int r = 0; r < R; r++) {
     const float *xr = x->data + (size_t) r * C;
     float l = psm_fast_logsumexpf (xr, C);
@@ -206,7 +206,7 @@ psm_pick_log_softmax_backward (PsmNode *n)
   const int32_t *t = n->aux[0];
   const float *lse = n->saved;
   int R = psm_tensor_rows (x), C = psm_tensor_cols (x);
-#pragma omp parallel for if (R * (size_t) C > 100000) schedule(static)
+#pragma omp parallel for if (R > 1 && R * (size_t) C > 100000) schedule(static)
   for (int r = 0; r < R; r++) {
     float d = n->out->grad[r];
     if (t[r] < 0 || d == 0.0f)

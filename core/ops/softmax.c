@@ -135,7 +135,7 @@ psm_logsumexp (PsmGraph *g, PsmTensor *x, const float *mask)
   /* rows in parallel, each in vectors (psm_fast_expf, float sums), as
    * psm_pick_log_softmax: the copy head's 5,000-word rows had taken a
    * fifth of its training step in double-precision exp one at a time */
-#pragma omp parallel for if (R * (size_t) C > 100000) schedule (static)
+#pragma omp parallel for if (R > 1 && R * (size_t) C > 100000) schedule (static)
   for (int r = 0; r < R; r++) {
     const float *xr = x->data + (size_t) r * C, *mr = mask ? mask + (size_t) r * C : NULL;
     if (!mr) {
@@ -169,7 +169,7 @@ psm_logsumexp_backward (PsmNode *n)
   PsmTensor *x = n->in[0], *y = n->out;
   const float *mask = n->aux[0];
   int R = psm_tensor_rows (x), C = psm_tensor_cols (x);
-#pragma omp parallel for if (R * (size_t) C > 100000) schedule (static)
+#pragma omp parallel for if (R > 1 && R * (size_t) C > 100000) schedule (static)
   for (int r = 0; r < R; r++) {
     float dy = y->grad[r], l = y->data[r];
     if (l <= -1e30f || dy == 0.0f)
