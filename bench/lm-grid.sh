@@ -11,6 +11,9 @@
 # time, one thread each (as RESULTS.md measured them), then the test
 # split's per-word records of each sentinel run (its mean gate).
 #   sh bench/lm-grid.sh [OUT]        (default runs/lm-grid; about 2.5 hours)
+# With CORPUS=wikitext2: the same grid on WikiText-2 (LSTM and sentinel,
+# the pipelines' own settings, pointer loss off, at 5e-4, 1e-3, 2e-3 and
+# 4e-3, 1,304 updates each; about 4.5 hours), no probes, no k1 = 1 runs.
 # then: python3 bench/lm-report.py OUT
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,6 +26,21 @@ run () {   # NAME PIPELINE [--set ...]
     > "$out/$name.log" 2>&1
   echo "$name: exit $?" >> "$out/status.txt"
 }
+if [ "${CORPUS:-ptb}" = wikitext2 ]; then
+  cd "$here" || exit 1
+  for m in lstm sent; do
+    cfg=wikitext2_${m}_small.cfg
+    [ $m = sent ] && cfg=wikitext2_sentinel_small.cfg
+    ( run ${m}_5e-4 $cfg; run ${m}_1e-3 $cfg --set train.optimizer.lr=1e-3 ) &
+    ( run ${m}_2e-3 $cfg --set train.optimizer.lr=2e-3; run ${m}_4e-3 $cfg --set train.optimizer.lr=4e-3 ) &
+    wait
+  done
+  for d in "$out"/sent_*; do
+    [ -d "$d" ] && env -u OPENBLAS_CORETYPE "$psm" --mode decode --split test --set "run.dir=\"$d\"" \
+      pipelines/wikitext2_sentinel_small.cfg > "$d.decode.log" 2>&1
+  done
+  exit 0
+fi
 # the SGD pipeline the first runs used (commit 1d7feba: SGD lr 5, 2,900 steps)
 sgd=$out/ptb_sentinel_sgd.cfg
 sed -e 's/name = "adam"; lr = 5e-4;/name = "sgd"; lr = 5;/' -e 's/steps = 2320;/steps = 2900;/' \
