@@ -174,6 +174,22 @@ lstm_seq_backward_rows (int T, int B, int H, int b0, int b1, gboolean rev, const
   }
 }
 
+/* The column-split backwards' dh_prev rows [r0, r1) of step t (C [B, ldc],
+ * dG W^T for every row) added to their carries; a carried row's dG was 0. */
+static inline void
+carry_add (int B, int H, int t, int r0, int r1, const float *mask, const float *C, int ldc, float *carry_h)
+{
+  for (int b = r0; b < r1; b++) {
+    if (mask && mask[(size_t) t * B + b] == 0.0f)
+      continue;
+    float *d = carry_h + (size_t) b * H;
+    const float *c = C + (size_t) b * ldc;
+#pragma omp simd
+    for (int j = 0; j < H; j++)
+      d[j] += c[j];
+  }
+}
+
 /* train.precision bf16 on AMX: the step's product split by W's column
  * panels over the threads instead of by rows (each thread then reads its
  * part of W every step, 1.7 MB of the 2 x 650 LM's 3.4, and runs all the
@@ -234,15 +250,7 @@ lstm_seq_backward_cols (int T, int B, int H, gboolean rev, const float *dhs, con
 #pragma omp barrier
       psm_gemm_bf16_tiles (B, H, 4 * H, gt, wbt, C, H, id, team);   /* dh_prev = dG W^T */
 #pragma omp barrier
-      for (int b = r0; b < r1; b++) {
-        if (mask && mask[(size_t) t * B + b] == 0.0f)
-          continue;   /* carried: its dG is 0 */
-        float *d = carry_h + (size_t) b * H;
-        const float *c = C + (size_t) b * H;
-#pragma omp simd
-        for (int j = 0; j < H; j++)
-          d[j] += c[j];
-      }
+      carry_add (B, H, t, r0, r1, mask, C, H, carry_h);
     }
   }
   free (gt);
@@ -322,15 +330,7 @@ lstm_seq_backward_cols32 (int T, int B, int H, gboolean rev, const float *dhs, c
         psm_packed_gemm_store (B, 4 * H, j1 - j0, dGt, 4 * H, wpt + (size_t) p0 * 4 * H * PSM_PACK_NR, C + j0, ldc,
                                NULL, FALSE);
 #pragma omp barrier
-      for (int b = r0; b < r1; b++) {
-        if (mask && mask[(size_t) t * B + b] == 0.0f)
-          continue;   /* carried: its dG is 0 */
-        float *d = carry_h + (size_t) b * H;
-        const float *c = C + (size_t) b * ldc;
-#pragma omp simd
-        for (int j = 0; j < H; j++)
-          d[j] += c[j];
-      }
+      carry_add (B, H, t, r0, r1, mask, C, ldc, carry_h);
     }
   }
   free (C);
