@@ -2054,6 +2054,16 @@ START_TEST (test_seq_packed_cache)
 }
 END_TEST
 
+/* Zoneout weights as training draws them: 0 or 1 each, h's and c's in turn. */
+static void
+zoneout_draws (PsmRng *rng, float *zh, float *zc, int n)
+{
+  for (int i = 0; i < n; i++) {
+    zh[i] = psm_rng_u32 (rng) & 1 ? 1.0f : 0.0f;
+    zc[i] = psm_rng_u32 (rng) & 1 ? 1.0f : 0.0f;
+  }
+}
+
 /* psm_lstm_seq on two threads with each step's product split by W's
  * columns (psm_paths.lstm_cols: fewer than 4 rows a thread) against the
  * rows' split: the output and every input's gradient bit for bit, in both
@@ -2088,10 +2098,7 @@ START_TEST (test_lstm_seq_col_split)
   gboolean saved = psm_paths.lstm_cols;
   omp_set_num_threads (2);
   static float zh[T * B * H], zc[T * B * H];
-  for (int i = 0; i < T * B * H; i++) {
-    zh[i] = psm_rng_u32 (&rng) & 1 ? 1.0f : 0.0f;
-    zc[i] = psm_rng_u32 (&rng) & 1 ? 1.0f : 0.0f;
-  }
+  zoneout_draws (&rng, zh, zc, T * B * H);
   split_zh = zh;
   split_zc = zc;
   for (int rev = 0; rev < 2; rev++)
@@ -2175,10 +2182,7 @@ START_TEST (test_lstm_zoneout)
   for (int i = 0; i < T * B; i++)
     c.mask[i] = i == B + 1 ? 0.0f : 1.0f;
   static float zh[T * B * H], zc[T * B * H];
-  for (int i = 0; i < T * B * H; i++) {
-    zh[i] = psm_rng_u32 (&rng) & 1 ? 1.0f : 0.0f;
-    zc[i] = psm_rng_u32 (&rng) & 1 ? 1.0f : 0.0f;
-  }
+  zoneout_draws (&rng, zh, zc, T * B * H);
   zone_h = zh;
   zone_c = zc;
   check_all ("lstm_seq_zoneout draws", f_lstm_zoneout, &c, 4, 5e-3f);
