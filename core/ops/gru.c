@@ -277,9 +277,10 @@ psm_gru_seq_cols (PsmGraph *g, PsmTensor *xp, int col0, PsmTensor *h0, PsmTensor
   float *sv = keep ? psm_graph_alloc (g, (size_t) T * B * 4 * H * sizeof (float)) : NULL;
   const float *x = xp->data + col0;
   /* h W's path (tape-internal.h): decode.precision bf16 in every build; a
-   * parameter's packed copy is the graph's (as psm_lstm_seq's) */
+   * parameter's packed copy is the graph's (as psm_lstm_seq's), in any
+   * build where psm_paths.gru_packed asks; a W that is none packed here */
   PsmWeightPlan p = psm_weight_plan (g, w, H, 3 * H, B, keep,
-                                     PSM_PLAN_ANY_ROWS | (psm_paths.gru_packed ? 0 : PSM_PLAN_NO_PACKED));
+                                     psm_paths.gru_packed ? PSM_PLAN_PACKED : PSM_PLAN_NO_PACKED);
   const void *wb = p.path == PSM_WEIGHT_BF16 ? psm_weight_operand (g, &p) : NULL;
   if (psm_paths.gru_packed) {
     int ldg = psm_pack_panels (3 * H) * PSM_PACK_NR;

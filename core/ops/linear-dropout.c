@@ -96,8 +96,9 @@ psm_dropout_linear_forward (PsmGraph *g, PsmTensor *x, const float *m, size_t pe
   /* the weight plan's rule for a product by W (tape-internal.h), as
    * psm_linear's: this kernel reads W's single-precision packing, so it
    * runs only where the plan packs W (not on bfloat16 operands, not on a
-   * W that is not a parameter) */
-  PsmWeightPlan p = psm_weight_plan (g, w, K, N, R, y->grad != NULL, PSM_PLAN_BF16_TRAIN | PSM_PLAN_ANY_ROWS);
+   * W that is not a parameter); psm_paths.dropout_linear asked for it, so
+   * in any build (a baseline one's default leaves the switch off) */
+  PsmWeightPlan p = psm_weight_plan (g, w, K, N, R, y->grad != NULL, PSM_PLAN_BF16_TRAIN | PSM_PLAN_PACKED);
   if (p.path != PSM_WEIGHT_PACKED)
     return FALSE;
   int T = R / Bm;

@@ -162,8 +162,9 @@ psm_weight_plan (PsmGraph *g, const PsmTensor *w, int K, int n, int rows, gboole
     p.path = PSM_WEIGHT_BF16_TRAIN;
   else if (!grad && ws->bf16)
     p.path = PSM_WEIGHT_BF16;
-  else if (PSM_PACK_FAST && !(how & PSM_PLAN_NO_PACKED) &&
-           ((how & PSM_PLAN_ANY_ROWS) || rows <= PSM_PACKED_MAX_ROWS || (PSM_PACK_WIDE && !psm_graph_grad_enabled (g))))
+  else if ((how & PSM_PLAN_PACKED) ||
+           (PSM_PACK_FAST && !(how & PSM_PLAN_NO_PACKED) &&
+            ((how & PSM_PLAN_ANY_ROWS) || rows <= PSM_PACKED_MAX_ROWS || (PSM_PACK_WIDE && !psm_graph_grad_enabled (g)))))
     p.path = PSM_WEIGHT_PACKED;
   if (p.path != PSM_WEIGHT_BLAS)
     p.op = NULL;   /* packed when first asked for */

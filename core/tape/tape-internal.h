@@ -97,7 +97,9 @@ gboolean psm_graph_bf16_train (const PsmGraph *g);
  *   PACKED      psm_gemm_packed on W packed (a build with the packed
  *               kernel; not with PSM_PLAN_NO_PACKED) for few rows, any
  *               number without gradients (the wide kernel), or a
- *               sequence's steps (PSM_PLAN_ANY_ROWS);
+ *               sequence's steps (PSM_PLAN_ANY_ROWS); in any build for
+ *               an op whose own switch asked for its packed kernel
+ *               (PSM_PLAN_PACKED: psm_paths.dropout_linear, gru_packed);
  *   BLAS        psm_gemm on W as it is.
  * All but BLAS need W to be a parameter (constant on the graph).
  * psm_weight_operand: W in the path's packing, made when first asked for
@@ -109,7 +111,7 @@ gboolean psm_graph_bf16_train (const PsmGraph *g);
  * BF16_TRAIN; else NULL). psm_weight_gemm: y = x W + bias (NULL: none),
  * or y += x W with acc (on BLAS not both). */
 typedef enum { PSM_WEIGHT_BLAS, PSM_WEIGHT_PACKED, PSM_WEIGHT_BF16, PSM_WEIGHT_BF16_TRAIN } PsmWeightPath;
-enum { PSM_PLAN_BF16_TRAIN = 1, PSM_PLAN_ANY_ROWS = 2, PSM_PLAN_NO_PACKED = 4, PSM_PLAN_DEFER = 8 };
+enum { PSM_PLAN_BF16_TRAIN = 1, PSM_PLAN_ANY_ROWS = 2, PSM_PLAN_NO_PACKED = 4, PSM_PLAN_DEFER = 8, PSM_PLAN_PACKED = 16 };
 typedef struct {
   PsmWeightPath path;
   gboolean defer;
