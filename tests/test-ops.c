@@ -42,6 +42,17 @@ alloc_in (Case *c, int k, int nd, int d0, int d1, int d2, PsmRng *rng, float a)
   psm_test_fill (c->x[k], n, a, rng);
 }
 
+/* An LSTM sequence's inputs: x's gate inputs [T, B, 4H], h0 and c0 [B, H],
+ * W [H, 4H] uniform in +-wa (the others in +-1), drawn in that order. */
+static void
+alloc_lstm_seq (Case *c, int T, int B, int H, float wa, PsmRng *rng)
+{
+  alloc_in (c, 0, 3, T, B, 4 * H, rng, 1.0f);
+  alloc_in (c, 1, 2, B, H, 0, rng, 1.0f);
+  alloc_in (c, 2, 2, B, H, 0, rng, 1.0f);
+  alloc_in (c, 3, 2, H, 4 * H, 0, rng, wa);
+}
+
 static size_t
 n_of (Case *c, int k)
 {
@@ -1298,10 +1309,7 @@ check_lstm_seq_bf16_train (gboolean rev)
   psm_rng_seed (&rng, 41 + rev);
   enum { T = 7, B = 21, H = 40 };
   Case c = { 0 };
-  alloc_in (&c, 0, 3, T, B, 4 * H, &rng, 1.0f);
-  alloc_in (&c, 1, 2, B, H, 0, &rng, 1.0f);
-  alloc_in (&c, 2, 2, B, H, 0, &rng, 1.0f);
-  alloc_in (&c, 3, 2, H, 4 * H, 0, &rng, 0.5f);
+  alloc_lstm_seq (&c, T, B, H, 0.5f, &rng);
   for (int i = 0; i < T * B; i++)
     c.mask[i] = (i % 11 == 3) ? 0.0f : 1.0f;
   float *out[3], *grad[2][4];
@@ -1754,10 +1762,7 @@ START_TEST (test_lstm_seq)
       int B = sizes[si][0], H = sizes[si][1];
       Case c = { 0 };
       c.which = rev;
-      alloc_in (&c, 0, 3, T, B, 4 * H, &rng, 1.0f);
-      alloc_in (&c, 1, 2, B, H, 0, &rng, 1.0f);
-      alloc_in (&c, 2, 2, B, H, 0, &rng, 1.0f);
-      alloc_in (&c, 3, 2, H, 4 * H, 0, &rng, 0.8f);
+      alloc_lstm_seq (&c, T, B, H, 0.8f, &rng);
       for (int i = 0; i < T * B; i++)
         c.mask[i] = (i == 1 || i == B + 2 || i == T * B - 1 || i == 2 * B) ? 0.0f : 1.0f;
       PsmGraph *g = psm_graph_new ();
@@ -2106,10 +2111,7 @@ START_TEST (test_lstm_seq_col_split)
       Case c = { 0 };
       c.which = rev;
       c.iarg[1] = zone;
-      alloc_in (&c, 0, 3, T, B, 4 * H, &rng, 1.0f);
-      alloc_in (&c, 1, 2, B, H, 0, &rng, 1.0f);
-      alloc_in (&c, 2, 2, B, H, 0, &rng, 1.0f);
-      alloc_in (&c, 3, 2, H, 4 * H, 0, &rng, 0.3f);
+      alloc_lstm_seq (&c, T, B, H, 0.3f, &rng);
       for (int i = 0; i < T * B; i++)
         c.mask[i] = i % 4 == 2 ? 0.0f : 1.0f;
       size_t n = (size_t) (T + 1) * B * H;
@@ -2140,10 +2142,7 @@ START_TEST (test_lstm_seq_col_split)
       Case d = { 0 };
       d.which = rev;
       d.iarg[1] = zone;
-      alloc_in (&d, 0, 3, T, B, 4 * 12, &rng, 1.0f);
-      alloc_in (&d, 1, 2, B, 12, 0, &rng, 1.0f);
-      alloc_in (&d, 2, 2, B, 12, 0, &rng, 1.0f);
-      alloc_in (&d, 3, 2, 12, 4 * 12, 0, &rng, 0.5f);
+      alloc_lstm_seq (&d, T, B, 12, 0.5f, &rng);
       for (int i = 0; i < T * B; i++)
         d.mask[i] = i % 4 == 2 ? 0.0f : 1.0f;
       psm_paths.lstm_cols = TRUE;
@@ -2175,10 +2174,7 @@ START_TEST (test_lstm_zoneout)
   psm_rng_seed (&rng, 29);
   enum { T = 5, B = 3, H = 4 };
   Case c = { 0 };
-  alloc_in (&c, 0, 3, T, B, 4 * H, &rng, 1.0f);
-  alloc_in (&c, 1, 2, B, H, 0, &rng, 1.0f);
-  alloc_in (&c, 2, 2, B, H, 0, &rng, 1.0f);
-  alloc_in (&c, 3, 2, H, 4 * H, 0, &rng, 0.8f);
+  alloc_lstm_seq (&c, T, B, H, 0.8f, &rng);
   for (int i = 0; i < T * B; i++)
     c.mask[i] = i == B + 1 ? 0.0f : 1.0f;
   static float zh[T * B * H], zc[T * B * H];
